@@ -1,0 +1,224 @@
+package broker
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+)
+
+// Message is the portable envelope a driver carries. It describes a unit of
+// work; large inputs travel by reference (a claim check), never as Body.
+//
+// Headers whose names start with "switchyard-" are reserved for the framework.
+type Message struct {
+	// ID identifies the message. Publish assigns a time-ordered unique ID
+	// when it is empty. A message keeps its ID across redeliveries, nacks,
+	// dead-lettering and replay.
+	ID string
+	// Lane is the lane (queue) the message is published to. Required.
+	Lane string
+	// Kind names the handler that processes the message. Required; a stable
+	// string, not a Go type name.
+	Kind string
+	// Body is the encoded task arguments.
+	Body []byte
+	// Headers carry small string metadata (trace context, for example).
+	Headers map[string]string
+	// IdempotencyKey, when set, makes a second publish with the same key and
+	// Tenant within the deduplication window a no-op that reports the first
+	// message's ID.
+	IdempotencyKey string
+	// OrderingKey, when set, makes messages with the same key in a lane start
+	// in publish order and never be leased at the same time.
+	OrderingKey string
+	// Tenant scopes idempotency keys and fairness. Empty is the default tenant.
+	Tenant string
+	// RunAt, when in the future, delays the first delivery until then.
+	RunAt time.Time
+	// EnqueuedAt is set by Publish.
+	EnqueuedAt time.Time
+	// MaxAttempts bounds deliveries: a message whose next delivery would be
+	// attempt MaxAttempts+1 is dead-lettered with ReasonMaxAttempts instead of
+	// being delivered. Zero means the broker's default (see Options).
+	MaxAttempts int
+}
+
+// Delivery is a message leased to one consumer.
+type Delivery struct {
+	Message
+	// Attempt is 1 on the first delivery and grows on every redelivery,
+	// whether caused by a nack, an expired lease or a crashed consumer.
+	Attempt int
+	// LeaseDeadline is when the lease ends unless extended. After it the
+	// message may be delivered to another consumer.
+	LeaseDeadline time.Time
+	// DeadLetter is set on deliveries received from a dead-letter queue.
+	DeadLetter *DeadLetter
+	// Handle is the driver's opaque reference to this delivery. Only the
+	// driver that produced the delivery interprets it.
+	Handle any
+}
+
+// Reason is a stable, machine-readable code saying why a message was
+// dead-lettered.
+type Reason string
+
+// Dead-letter reasons used by the framework and the drivers.
+const (
+	// ReasonMaxAttempts: the attempt limit was reached (including attempts
+	// spent by consumers that crashed).
+	ReasonMaxAttempts Reason = "max_attempts"
+	// ReasonPermanent: the handler returned a permanent error.
+	ReasonPermanent Reason = "permanent_error"
+	// ReasonUndecodable: the message could not be decoded.
+	ReasonUndecodable Reason = "undecodable"
+	// ReasonUnknownKind: no handler is registered for the message's kind.
+	ReasonUnknownKind Reason = "unknown_kind"
+	// ReasonRejected: a reviewer or operator rejected the task.
+	ReasonRejected Reason = "rejected"
+	// ReasonBudget: the task crossed a budget (time, calls, tokens, spend).
+	ReasonBudget Reason = "budget_exceeded"
+	// ReasonExpired: the task's deadline passed before it could run.
+	ReasonExpired Reason = "expired"
+	// ReasonDeliveryLimit: the broker's own delivery limit moved the message
+	// (native redrive), with no error text from the framework.
+	ReasonDeliveryLimit Reason = "delivery_limit"
+)
+
+// DeadLetter describes why and when a message was dead-lettered, with the
+// history of its attempts.
+type DeadLetter struct {
+	Reason Reason
+	// Error is the text of the final error, if any.
+	Error string
+	// Attempts is the attempt history as known at dead-lettering time, oldest
+	// first. With a ledger, the ledger holds the complete history.
+	Attempts []AttemptRecord
+	// At is when the message was dead-lettered.
+	At time.Time
+}
+
+// AttemptRecord is one attempt at processing a message.
+type AttemptRecord struct {
+	Attempt  int
+	Start    time.Time
+	Duration time.Duration
+	// Class is the error class ("transient", "permanent", "unknown_outcome",
+	// "panic", …) or empty for success.
+	Class  string
+	Error  string
+	Worker string
+}
+
+// PublishResult reports the outcome of one message in a Publish batch.
+type PublishResult struct {
+	// ID is the message's ID; for a duplicate, the ID of the message already
+	// published with the same idempotency key (when the driver knows it).
+	ID string
+	// Duplicate reports that the idempotency key was already used within the
+	// deduplication window and nothing new was enqueued.
+	Duplicate bool
+	// Err is the per-message error, nil on success.
+	Err error
+}
+
+// Limits on the portable fields, enforced by Broker before a driver sees a
+// message.
+const (
+	MaxNameLen   = 128  // lane and kind names
+	MaxKeyLen    = 256  // idempotency key, ordering key, tenant, ID
+	MaxHeaders   = 64   // number of headers
+	MaxHeaderLen = 4096 // bytes in one header value
+)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
+
+// ValidateName reports whether s is a valid lane or kind name: 1–128
+// characters of letters, digits and "_.:-", not starting with punctuation.
+func ValidateName(what, s string) error {
+	if s == "" {
+		return invalidf("%s is empty", what)
+	}
+	if len(s) > MaxNameLen {
+		return invalidf("%s is %d bytes, the limit is %d", what, len(s), MaxNameLen)
+	}
+	if !nameRE.MatchString(s) {
+		return invalidf("%s %q has characters outside [A-Za-z0-9_.:-] or starts with punctuation", what, s)
+	}
+	return nil
+}
+
+func validateKey(what, s string) error {
+	if len(s) > MaxKeyLen {
+		return invalidf("%s is %d bytes, the limit is %d", what, len(s), MaxKeyLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return invalidf("%s contains a control character", what)
+		}
+	}
+	return nil
+}
+
+// Validate checks the portable constraints on m (not its size, which depends
+// on the driver).
+func (m *Message) Validate() error {
+	if m == nil {
+		return invalidf("nil message")
+	}
+	if err := ValidateName("lane", m.Lane); err != nil {
+		return err
+	}
+	if err := ValidateName("kind", m.Kind); err != nil {
+		return err
+	}
+	for _, kv := range [...][2]string{{"id", m.ID}, {"idempotency key", m.IdempotencyKey}, {"ordering key", m.OrderingKey}, {"tenant", m.Tenant}} {
+		if err := validateKey(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	if len(m.Headers) > MaxHeaders {
+		return invalidf("%d headers, the limit is %d", len(m.Headers), MaxHeaders)
+	}
+	for k, v := range m.Headers {
+		if k == "" || len(k) > MaxNameLen {
+			return invalidf("header name %q is empty or longer than %d bytes", k, MaxNameLen)
+		}
+		if len(v) > MaxHeaderLen {
+			return invalidf("header %q is %d bytes, the limit is %d", k, len(v), MaxHeaderLen)
+		}
+	}
+	if m.MaxAttempts < 0 {
+		return invalidf("max attempts %d is negative", m.MaxAttempts)
+	}
+	return nil
+}
+
+// Size is the number of bytes the message occupies for size limits: body,
+// headers and the portable fields.
+func (m *Message) Size() int {
+	n := len(m.ID) + len(m.Lane) + len(m.Kind) + len(m.Body) + len(m.IdempotencyKey) + len(m.OrderingKey) + len(m.Tenant)
+	for k, v := range m.Headers {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// Clone returns a deep copy of m.
+func (m *Message) Clone() *Message {
+	c := *m
+	if m.Body != nil {
+		c.Body = append([]byte(nil), m.Body...)
+	}
+	if m.Headers != nil {
+		c.Headers = make(map[string]string, len(m.Headers))
+		for k, v := range m.Headers {
+			c.Headers[k] = v
+		}
+	}
+	return &c
+}
+
+func (m *Message) String() string {
+	return fmt.Sprintf("message %s (lane %s, kind %s)", m.ID, m.Lane, m.Kind)
+}
