@@ -163,7 +163,9 @@ func (b *Broker) Publish(ctx context.Context, msgs ...*Message) ([]PublishResult
 		}
 		out := m
 		if b.maxDel > 0 && m.RunAt.Sub(now) > b.maxDel {
-			out = b.holdCopy(m, m.RunAt, now, 0)
+			// The first hop keeps its idempotency key, so native
+			// deduplication claims it; later hops travel without it.
+			out = b.holdCopy(m, m.RunAt, now, 0, false)
 		}
 		send = append(send, out)
 		idx = append(idx, i)
@@ -233,7 +235,9 @@ func (b *Broker) PublishOne(ctx context.Context, m *Message) (PublishResult, err
 
 // holdCopy returns a copy of m to publish with the longest native delay,
 // remembering the real run-at and the attempts already spent.
-func (b *Broker) holdCopy(m *Message, until, now time.Time, attemptBase int) *Message {
+// With stashKey, the idempotency key moves to a header so that the hop is not
+// deduplicated against the message itself.
+func (b *Broker) holdCopy(m *Message, until, now time.Time, attemptBase int, stashKey bool) *Message {
 	c := m.Clone()
 	if c.Headers == nil {
 		c.Headers = map[string]string{}
@@ -244,7 +248,7 @@ func (b *Broker) holdCopy(m *Message, until, now time.Time, attemptBase int) *Me
 	} else {
 		delete(c.Headers, HeaderAttemptBase)
 	}
-	if c.IdempotencyKey != "" {
+	if stashKey && c.IdempotencyKey != "" {
 		c.Headers[HeaderHeldKey] = c.IdempotencyKey
 		c.IdempotencyKey = ""
 	}
@@ -319,7 +323,7 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 				// Not due: publish the next hop first, then ack this one. A
 				// crash between the two leaves a duplicate hop, never a loss.
 				base := d.Attempt - 1
-				c := b.holdCopy(&d.Message, until, now, base)
+				c := b.holdCopy(&d.Message, until, now, base, true)
 				if key := d.Headers[HeaderHeldKey]; key != "" {
 					c.Headers[HeaderHeldKey] = key
 				}
@@ -393,7 +397,7 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 	}
 	if b.maxDel > 0 && delay > b.maxDel {
 		now := b.opts.Now()
-		c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt)
+		c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt, true)
 		if err := b.republish(ctx, c); err != nil {
 			return err
 		}

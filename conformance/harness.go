@@ -37,6 +37,11 @@ type Harness struct {
 	// case needs it.
 	Disrupt func(ctx context.Context) (restore func(ctx context.Context) error, err error)
 
+	// InProcess declares that the broker lives inside the test process
+	// (mem://), so cases that need it to outlive a killed process are
+	// skipped with that reason.
+	InProcess bool
+
 	// Cleanup, when set, is called at the end of the case.
 	Cleanup func()
 }

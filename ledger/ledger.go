@@ -1,0 +1,281 @@
+// Package ledger is the durable record of what happened to every task: its
+// state, attempts, memoised step outputs, side effects and an append-only
+// event log. The broker carries envelopes that describe work; the ledger
+// holds the truth.
+//
+// # State machine
+//
+// One table (Allowed) decides every legal transition; every store enforces it
+// with a guarded compare-and-set and appends an Event carrying a reason code.
+//
+//	queued ─► running ─► completed
+//	   ▲         │ ├───► retry_wait ─► running
+//	   │         │ ├───► dead ─(replay)─► queued
+//	   │         │ ├───► failed
+//	   │         │ ├───► cancelled
+//	   │         │ └───► awaiting_review ─► queued (approved) | rejected
+//	   └─────────┘ (returned unstarted on shutdown, or snoozed)
+//
+// running ─► running is legal: a redelivery after a crashed worker starts a
+// new attempt of a task the ledger still shows as running.
+//
+// # Stores
+//
+// ledger/sqlite (pure Go, WAL; the embedded default) and ledger/postgres
+// (pgx). Both pass ledger/ledgertest. Open one by DSN with Open after
+// importing its package.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// State is a task's state. The values are stable strings stored in the
+// database and shown to operators.
+type State string
+
+// Task states.
+const (
+	Queued         State = "queued"
+	Running        State = "running"
+	RetryWait      State = "retry_wait"
+	Completed      State = "completed"
+	Failed         State = "failed"
+	Dead           State = "dead"
+	AwaitingReview State = "awaiting_review"
+	Rejected       State = "rejected"
+	Cancelled      State = "cancelled"
+)
+
+// Terminal reports whether no transition leaves s except an operator's
+// replay (dead) .
+func (s State) Terminal() bool {
+	switch s {
+	case Completed, Failed, Dead, Rejected, Cancelled:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is a known state.
+func (s State) Valid() bool {
+	_, ok := Allowed[s]
+	return ok
+}
+
+// Allowed is the state machine: Allowed[from] lists the states a task may
+// move to from `from`. Stores refuse every other transition with
+// ErrConflict.
+var Allowed = map[State][]State{
+	Queued:         {Running, Cancelled, Dead, AwaitingReview},
+	Running:        {Running, Completed, RetryWait, Failed, Dead, Cancelled, AwaitingReview, Queued},
+	RetryWait:      {Running, Dead, Cancelled, Queued},
+	AwaitingReview: {Queued, Rejected, Cancelled},
+	Dead:           {Queued},
+	Completed:      {},
+	Failed:         {Queued},
+	Rejected:       {},
+	Cancelled:      {},
+}
+
+// CanTransition reports whether from → to is legal.
+func CanTransition(from, to State) bool {
+	for _, s := range Allowed[from] {
+		if s == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Task is one unit of work as the ledger knows it.
+type Task struct {
+	ID             string
+	Tenant         string
+	IdempotencyKey string
+	Kind           string
+	Lane           string
+	OrderingKey    string
+	// Args is the encoded task arguments, kept for replay, migration and
+	// inspection.
+	Args        []byte
+	State       State
+	Attempt     int // attempts started so far
+	MaxAttempts int
+	RunAt       time.Time
+	Deadline    time.Time // zero: none
+	Metadata    map[string]string
+	Result      []byte // the handler's result, once completed
+	LastError   string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Attempt is one attempt at running a task.
+type Attempt struct {
+	TaskID   string
+	Number   int
+	Worker   string
+	Start    time.Time
+	Duration time.Duration
+	// Outcome is "" while running, then "ok", "retry", "snooze",
+	// "permanent", "cancel", "panic", "unknown_outcome", "await_review",
+	// "lease_lost", "returned" or "budget".
+	Outcome string
+	// Class is the error class (broker.Class names, or "panic").
+	Class string
+	Error string
+	Stack string // on panic
+}
+
+// Event is one entry of a task's append-only log.
+type Event struct {
+	TaskID string
+	Seq    int64
+	At     time.Time
+	From   State // "" for creation
+	To     State
+	Reason string // a stable code, e.g. "enqueued", "attempt_started", "retry", "permanent_error"
+	Detail string // free text for people
+	Actor  string // who: a worker id, "operator:alice", "reviewer:bob"
+}
+
+// EffectState is the state of a recorded side effect.
+type EffectState string
+
+// Effect states.
+const (
+	EffectPending   EffectState = "pending"   // begun, outcome not yet recorded
+	EffectConfirmed EffectState = "confirmed" // done; never repeated
+	EffectUnknown   EffectState = "unknown"   // the worker died between doing and recording
+)
+
+// Effect is a recorded side effect of a task, keyed by the handler's key.
+type Effect struct {
+	TaskID    string
+	Key       string
+	State     EffectState
+	Attempt   int // the attempt that began it
+	Result    []byte
+	UpdatedAt time.Time
+}
+
+// TransitionRequest is a guarded compare-and-set on a task's state.
+type TransitionRequest struct {
+	ID string
+	// From lists the states the task must be in; empty means any state from
+	// which To is legal.
+	From   []State
+	To     State
+	Reason string // required: a stable code
+	Detail string
+	Actor  string
+	// Optional updates applied with the transition.
+	Attempt   int       // when > 0, sets Task.Attempt
+	Result    []byte    // when non-nil, sets Task.Result
+	LastError *string   // when non-nil, sets Task.LastError
+	RunAt     time.Time // when non-zero, sets Task.RunAt
+}
+
+// Filter selects tasks for List.
+type Filter struct {
+	Tenant string // "" = all tenants
+	States []State
+	Kind   string
+	Lane   string
+	Limit  int    // default 100, at most 1000
+	After  string // page after this task ID (IDs sort by creation time)
+}
+
+// Ledger is the contract every store implements. All methods are safe for
+// concurrent use and honour ctx. Errors from an unreachable store match
+// broker.ErrTransient.
+type Ledger interface {
+	// Create records t in state queued with an "enqueued" event. When t's
+	// (Tenant, IdempotencyKey) is already taken it returns the existing task
+	// and created=false, without error. An empty ID is assigned.
+	Create(ctx context.Context, t *Task) (task *Task, created bool, err error)
+	// Get returns the task or ErrNotFound.
+	Get(ctx context.Context, id string) (*Task, error)
+	// GetByKey returns the task holding (tenant, idempotency key) or
+	// ErrNotFound.
+	GetByKey(ctx context.Context, tenant, key string) (*Task, error)
+	// Transition applies a guarded compare-and-set and appends an event. It
+	// returns ErrConflict (with the current state) when the task is not in
+	// one of req.From or the move is not in Allowed.
+	Transition(ctx context.Context, req TransitionRequest) (*Task, error)
+	// List returns tasks matching f, oldest first.
+	List(ctx context.Context, f Filter) ([]*Task, error)
+
+	// StartAttempt records attempt a.Number as begun.
+	StartAttempt(ctx context.Context, a Attempt) error
+	// FinishAttempt records the outcome of an attempt begun earlier (it
+	// creates the record if StartAttempt never ran).
+	FinishAttempt(ctx context.Context, a Attempt) error
+	// Attempts returns a task's attempts, oldest first.
+	Attempts(ctx context.Context, taskID string) ([]Attempt, error)
+	// Events returns a task's event log, oldest first.
+	Events(ctx context.Context, taskID string) ([]Event, error)
+	// AppendEvent adds an event without a state change (an admin action, a
+	// note).
+	AppendEvent(ctx context.Context, e Event) error
+
+	// GetStep returns a completed step's stored output.
+	GetStep(ctx context.Context, taskID, name string) (output []byte, ok bool, err error)
+	// PutStep stores a step's output; the first write wins and later ones
+	// return the stored output.
+	PutStep(ctx context.Context, taskID, name string, output []byte) (stored []byte, err error)
+
+	// BeginEffect records the effect as pending for attempt, unless it is
+	// already recorded, in which case it returns the existing record and
+	// begun=false.
+	BeginEffect(ctx context.Context, taskID, key string, attempt int) (e Effect, begun bool, err error)
+	// SetEffect records the effect's outcome. A confirmed effect never
+	// changes again (ErrConflict).
+	SetEffect(ctx context.Context, taskID, key string, state EffectState, result []byte) error
+	// Effects lists a task's effects.
+	Effects(ctx context.Context, taskID string) ([]Effect, error)
+
+	// Prune deletes tasks in a terminal state last updated before `before`,
+	// with their attempts, steps, effects and events. It returns how many
+	// tasks it deleted.
+	Prune(ctx context.Context, before time.Time) (int, error)
+
+	// The ledger deduplicates publishes for brokers without native dedup,
+	// across processes.
+	broker.DedupStore
+
+	Close() error
+}
+
+// Errors.
+var (
+	ErrNotFound = errors.New("ledger: not found")
+	ErrConflict = errors.New("ledger: conflict")
+)
+
+// ConflictError is the detail of ErrConflict on a transition.
+type ConflictError struct {
+	ID      string
+	Current State
+	To      State
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("ledger: task %s is %s; cannot move to %s", e.ID, e.Current, e.To)
+}
+
+// Is makes errors.Is(err, ErrConflict) true.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// Validate checks a task before Create: kind and lane names, key lengths,
+// a valid ID when one is given.
+func (t *Task) Validate() error {
+	m := broker.Message{ID: t.ID, Lane: t.Lane, Kind: t.Kind, Tenant: t.Tenant, IdempotencyKey: t.IdempotencyKey, OrderingKey: t.OrderingKey, MaxAttempts: t.MaxAttempts}
+	return m.Validate()
+}
