@@ -24,6 +24,9 @@ const (
 	// HeaderHeldKey stashes the idempotency key while a message is held, so
 	// the re-publish is not deduplicated against itself.
 	HeaderHeldKey = "switchyard-held-idempotency-key"
+	// HeaderRunAt keeps a held message's own run-at (empty: none) while its
+	// hops carry the hop times.
+	HeaderRunAt = "switchyard-run-at"
 )
 
 // Options configure a Broker. A nil *Options means every default.
@@ -38,6 +41,14 @@ type Options struct {
 	// deduplication. Defaults to an in-process store with a 24h window,
 	// which covers one process only; use the ledger's store to cover many.
 	Dedup DedupStore
+	// Sequencer serialises ordering keys for drivers without native
+	// ordering. Defaults to an in-process sequencer, which covers the
+	// consumers of one process; use the ledger's to cover many.
+	Sequencer Sequencer
+	// OrderingRetry is how long a message waits before it is offered again
+	// when an earlier message of its ordering key is still running (drivers
+	// without native ordering only). Defaults to 200ms.
+	OrderingRetry time.Duration
 	// MaxDelay caps native delays below the driver's own maximum; longer
 	// delays are held by Broker. Zero uses the driver's maximum. Tests use
 	// it to exercise the hold path with short waits.
@@ -65,6 +76,12 @@ func (o *Options) WithDefaults() *Options {
 	if c.Dedup == nil {
 		c.Dedup = NewMemoryDedup(24 * time.Hour)
 	}
+	if c.Sequencer == nil {
+		c.Sequencer = NewMemorySequencer()
+	}
+	if c.OrderingRetry <= 0 {
+		c.OrderingRetry = 200 * time.Millisecond
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -85,6 +102,9 @@ type Broker struct {
 	opts   *Options
 	maxDel time.Duration
 	closed atomic.Bool
+
+	orderMu sync.Mutex
+	orders  map[*Delivery]orderRef
 }
 
 // New wraps d. opts may be nil.
@@ -93,7 +113,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, Invalidf("nil driver")
 	}
 	o := opts.WithDefaults()
-	b := &Broker{d: d, caps: d.Capabilities(), opts: o}
+	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}}
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
 		b.maxDel = o.MaxDelay
@@ -127,101 +147,134 @@ func (b *Broker) Publish(ctx context.Context, msgs ...*Message) ([]PublishResult
 	}
 	now := b.opts.Now()
 	res := make([]PublishResult, len(msgs))
-	send := make([]*Message, 0, len(msgs))
-	idx := make([]int, 0, len(msgs))
-	var claimed []int // indexes whose dedup claim we hold, to release on failure
+	var pend []pending
 	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
-			res[i].Err = err
-			continue
-		}
-		if m.ID == "" {
-			m.ID = NewID()
-		}
-		if m.EnqueuedAt.IsZero() {
-			m.EnqueuedAt = now
-		}
-		if m.MaxAttempts == 0 {
-			m.MaxAttempts = b.opts.DefaultMaxAttempts
-		}
-		res[i].ID = m.ID
-		if b.caps.MaxMessageSize > 0 && m.Size() > b.caps.MaxMessageSize {
-			res[i].Err = &Error{Op: "publish", Class: Permanent, Kind: ErrTooLarge, Err: &TooLargeError{Size: m.Size(), Max: b.caps.MaxMessageSize}}
-			continue
-		}
-		if m.IdempotencyKey != "" && !b.caps.Dedup {
-			existing, dup, err := b.opts.Dedup.Claim(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
-			if err != nil {
-				res[i].Err = Wrap("publish: dedup", Transient, err)
-				continue
-			}
-			if dup {
-				res[i] = PublishResult{ID: existing, Duplicate: true}
-				continue
-			}
-			claimed = append(claimed, i)
-		}
-		out := m
-		if b.maxDel > 0 && m.RunAt.Sub(now) > b.maxDel {
-			// The first hop keeps its idempotency key, so native
-			// deduplication claims it; later hops travel without it.
-			out = b.holdCopy(m, m.RunAt, now, 0, false)
-		}
-		send = append(send, out)
-		idx = append(idx, i)
-	}
-	release := func(i int) {
-		m := msgs[i]
-		for _, c := range claimed {
-			if c == i {
-				// Best effort: a failed release leaves the key claimed until
-				// its window ends, the safe direction for dedup.
-				_ = b.opts.Dedup.Release(context.WithoutCancel(ctx), m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
-			}
+		p, r, ok := b.prepare(ctx, i, m, now)
+		res[i] = r
+		if ok {
+			pend = append(pend, p)
 		}
 	}
 	batch := b.caps.MaxBatch
 	if batch <= 0 {
-		batch = len(send)
+		batch = len(pend)
 	}
-	for start := 0; start < len(send); start += batch {
-		end := min(start+batch, len(send))
-		rs, err := b.d.Publish(ctx, send[start:end])
-		if err == nil && len(rs) != end-start {
-			err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), end-start)
+	for start := 0; start < len(pend); start += batch {
+		end := min(start+batch, len(pend))
+		send := make([]*Message, 0, end-start)
+		for _, p := range pend[start:end] {
+			send = append(send, p.out)
 		}
-		for j := start; j < end; j++ {
-			i := idx[j]
-			if err != nil {
-				res[i].Err = Wrap("publish", Transient, err)
-				if ClassOf(err) != UnknownOutcome {
-					release(i)
-				}
+		rs, err := b.d.Publish(ctx, send)
+		if err == nil && len(rs) != len(send) {
+			err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), len(send))
+		}
+		for j, p := range pend[start:end] {
+			e := err
+			if e == nil {
+				e = rs[j].Err
+			}
+			if e != nil {
+				res[p.i].Err = Wrap("publish", Transient, e)
+				b.unwind(ctx, msgs[p.i], p, ClassOf(e))
 				continue
 			}
-			r := rs[j-start]
-			if r.Err != nil {
-				res[i].Err = Wrap("publish", Transient, r.Err)
-				if ClassOf(r.Err) != UnknownOutcome {
-					release(i)
-				}
-				continue
-			}
-			res[i].Duplicate = r.Duplicate
-			if r.ID != "" {
-				res[i].ID = r.ID
+			res[p.i].Duplicate = rs[j].Duplicate
+			if rs[j].ID != "" {
+				res[p.i].ID = rs[j].ID
 			}
 		}
-		if err != nil && start+batch < len(send) {
-			// Mark the rest as not sent and stop: the broker is failing.
-			for j := end; j < len(send); j++ {
-				res[idx[j]].Err = Wrap("publish", ClassOf(err), fmt.Errorf("not sent after an earlier batch failed: %w", err))
-				release(idx[j])
+		if err != nil {
+			// The broker is failing: do not send the rest.
+			for _, p := range pend[end:] {
+				res[p.i].Err = Wrap("publish", ClassOf(err), fmt.Errorf("not sent after an earlier batch failed: %w", err))
+				b.unwind(ctx, msgs[p.i], p, Permanent)
 			}
 			return res, nil
 		}
 	}
 	return res, nil
+}
+
+// pending is a message prepared for the driver, with the framework state it
+// took (a dedup claim, an ordering sequence) to undo if it is not sent.
+type pending struct {
+	i       int
+	out     *Message
+	claimed bool
+	seq     int64
+}
+
+// prepare validates m, fills its defaults and applies the publish-side
+// fallbacks. ok=false means r is final and m is not to be sent.
+func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) (p pending, r PublishResult, ok bool) {
+	if err := m.Validate(); err != nil {
+		return p, PublishResult{Err: err}, false
+	}
+	if m.ID == "" {
+		m.ID = NewID()
+	}
+	if m.EnqueuedAt.IsZero() {
+		m.EnqueuedAt = now
+	}
+	if m.MaxAttempts == 0 {
+		m.MaxAttempts = b.opts.DefaultMaxAttempts
+	}
+	r.ID = m.ID
+	if b.caps.MaxMessageSize > 0 && m.Size() > b.caps.MaxMessageSize {
+		r.Err = &Error{Op: "publish", Class: Permanent, Kind: ErrTooLarge, Err: &TooLargeError{Size: m.Size(), Max: b.caps.MaxMessageSize}}
+		return p, r, false
+	}
+	p.i = i
+	if m.IdempotencyKey != "" && !b.caps.Dedup {
+		existing, dup, err := b.opts.Dedup.Claim(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
+		if err != nil {
+			r.Err = Wrap("publish: dedup", Transient, err)
+			return p, r, false
+		}
+		if dup {
+			return p, PublishResult{ID: existing, Duplicate: true}, false
+		}
+		p.claimed = true
+	}
+	if m.OrderingKey != "" && !b.caps.Ordering {
+		seq, err := b.opts.Sequencer.Assign(ctx, m.Lane, m.OrderingKey)
+		if err != nil {
+			r.Err = Wrap("publish: sequence", Transient, err)
+			b.unwind(ctx, m, p, Permanent)
+			return p, r, false
+		}
+		p.seq = seq
+		// The caller's message keeps its own headers; the copy carries ours.
+		m = m.Clone()
+		if m.Headers == nil {
+			m.Headers = map[string]string{}
+		}
+		m.Headers[HeaderOrderSeq] = strconv.FormatInt(seq, 10)
+	}
+	p.out = m
+	if b.maxDel > 0 && m.RunAt.Sub(now) > b.maxDel {
+		// The first hop keeps its idempotency key, so native deduplication
+		// claims it; later hops travel without it.
+		p.out = b.holdCopy(m, m.RunAt, now, 0, false)
+	}
+	return p, r, true
+}
+
+// unwind undoes the framework state p took for a message that failed to
+// publish with an error of class c. A dedup claim is kept when the outcome
+// is unknown (the message may be out there); an ordering sequence is always
+// released, so a failed publish can never block its key.
+func (b *Broker) unwind(ctx context.Context, m *Message, p pending, c Class) {
+	ctx = context.WithoutCancel(ctx)
+	if p.seq > 0 {
+		_ = b.opts.Sequencer.Release(ctx, m.Lane, m.OrderingKey, p.seq, true)
+	}
+	if p.claimed && c != UnknownOutcome {
+		// Best effort: a failed release leaves the key claimed until its
+		// window ends, the safe direction for dedup.
+		_ = b.opts.Dedup.Release(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
+	}
 }
 
 // PublishOne publishes one message and returns its result's error.
@@ -243,6 +296,12 @@ func (b *Broker) holdCopy(m *Message, until, now time.Time, attemptBase int, sta
 		c.Headers = map[string]string{}
 	}
 	c.Headers[HeaderHoldUntil] = until.UTC().Format(time.RFC3339Nano)
+	if _, ok := c.Headers[HeaderRunAt]; !ok {
+		c.Headers[HeaderRunAt] = ""
+		if !m.RunAt.IsZero() {
+			c.Headers[HeaderRunAt] = m.RunAt.UTC().Format(time.RFC3339Nano)
+		}
+	}
 	if attemptBase > 0 {
 		c.Headers[HeaderAttemptBase] = strconv.Itoa(attemptBase)
 	} else {
@@ -252,7 +311,7 @@ func (b *Broker) holdCopy(m *Message, until, now time.Time, attemptBase int, sta
 		c.Headers[HeaderHeldKey] = c.IdempotencyKey
 		c.IdempotencyKey = ""
 	}
-	if until.Sub(now) > b.maxDel {
+	if b.maxDel > 0 && until.Sub(now) > b.maxDel {
 		c.RunAt = now.Add(b.maxDel)
 	} else {
 		c.RunAt = until
@@ -320,28 +379,22 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 			until, err := time.Parse(time.RFC3339Nano, s)
 			now := b.opts.Now()
 			if err == nil && until.After(now) {
-				// Not due: publish the next hop first, then ack this one. A
-				// crash between the two leaves a duplicate hop, never a loss.
-				base := d.Attempt - 1
-				c := b.holdCopy(&d.Message, until, now, base, true)
-				if key := d.Headers[HeaderHeldKey]; key != "" {
-					c.Headers[HeaderHeldKey] = key
-				}
-				if err := b.republish(ctx, c); err != nil {
-					return false, err
-				}
-				if err := b.d.Ack(ctx, []*Delivery{d}); err != nil && ClassOf(err) != Permanent {
-					return false, Wrap("receive: hold", Transient, err)
-				}
-				return false, nil
+				// Not due: publish the next hop, then ack this one.
+				return false, b.requeue(ctx, d, until.Sub(now))
 			}
 			// Due: restore the message as published.
-			d.RunAt = until
+			if v, ok := d.Headers[HeaderRunAt]; ok {
+				d.RunAt = time.Time{}
+				if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+					d.RunAt = t
+				}
+			}
 			if key, ok := d.Headers[HeaderHeldKey]; ok {
 				d.IdempotencyKey = key
 			}
 			delete(d.Headers, HeaderHoldUntil)
 			delete(d.Headers, HeaderHeldKey)
+			delete(d.Headers, HeaderRunAt)
 		}
 		delete(d.Headers, HeaderAttemptBase)
 	}
@@ -355,10 +408,46 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 			if err := b.d.DeadLetter(ctx, d, dl); err != nil && ClassOf(err) != Permanent {
 				return false, Wrap("receive: dead-letter", Transient, err)
 			}
+			if seq, ok := orderSeq(d); ok && !b.caps.Ordering {
+				_ = b.opts.Sequencer.Release(context.WithoutCancel(ctx), d.Lane, d.OrderingKey, seq, true)
+			}
 			return false, nil
 		}
 	}
+	if seq, ok := orderSeq(d); ok && !b.caps.Ordering {
+		g, err := b.opts.Sequencer.Acquire(ctx, d.Lane, d.OrderingKey, seq, d.LeaseDeadline)
+		if err != nil {
+			// Cannot tell whether it may run: give it back unspent.
+			return false, b.requeue(ctx, d, b.opts.OrderingRetry)
+		}
+		switch g {
+		case GrantRun:
+			b.trackOrder(d, orderRef{lane: d.Lane, key: d.OrderingKey, seq: seq})
+		case GrantWait:
+			return false, b.requeue(ctx, d, b.opts.OrderingRetry)
+		case GrantLate:
+		}
+		delete(d.Headers, HeaderOrderSeq)
+	}
 	return true, nil
+}
+
+// requeue gives d back to be offered again after delay without spending an
+// attempt: it publishes the next hop, then acks d. A crash between the two
+// leaves a duplicate, never a loss.
+func (b *Broker) requeue(ctx context.Context, d *Delivery, delay time.Duration) error {
+	now := b.opts.Now()
+	c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt-1, true)
+	if key := d.Headers[HeaderHeldKey]; key != "" {
+		c.Headers[HeaderHeldKey] = key
+	}
+	if err := b.republish(ctx, c); err != nil {
+		return err
+	}
+	if err := b.d.Ack(ctx, []*Delivery{d}); err != nil && ClassOf(err) != Permanent {
+		return Wrap("receive: requeue", Transient, err)
+	}
+	return nil
 }
 
 func (b *Broker) republish(ctx context.Context, m *Message) error {
@@ -379,8 +468,14 @@ func (b *Broker) Ack(ctx context.Context, ds ...*Delivery) error {
 		batch = len(ds)
 	}
 	for start := 0; start < len(ds); start += batch {
-		if err := b.d.Ack(ctx, ds[start:min(start+batch, len(ds))]); err != nil {
+		part := ds[start:min(start+batch, len(ds))]
+		if err := b.d.Ack(ctx, part); err != nil {
 			return Wrap("ack", Transient, err)
+		}
+		if !b.caps.Ordering {
+			for _, d := range part {
+				b.releaseOrder(ctx, d, true)
+			}
 		}
 	}
 	return nil
@@ -401,9 +496,16 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 		if err := b.republish(ctx, c); err != nil {
 			return err
 		}
-		return Wrap("nack", Transient, b.d.Ack(ctx, []*Delivery{d}))
+		if err := b.d.Ack(ctx, []*Delivery{d}); err != nil {
+			return Wrap("nack", Transient, err)
+		}
+	} else if err := b.d.Nack(ctx, d, delay); err != nil {
+		return Wrap("nack", Transient, err)
 	}
-	return Wrap("nack", Transient, b.d.Nack(ctx, d, delay))
+	if !b.caps.Ordering {
+		b.releaseOrder(ctx, d, false)
+	}
+	return nil
 }
 
 // Extend prolongs the deliveries' leases to lease from now.
@@ -423,6 +525,17 @@ func (b *Broker) Extend(ctx context.Context, lease time.Duration, ds ...*Deliver
 			return Wrap("extend", Transient, err)
 		}
 	}
+	if !b.caps.Ordering {
+		until := time.Now().Add(lease)
+		for _, d := range ds {
+			b.orderMu.Lock()
+			r, ok := b.orders[d]
+			b.orderMu.Unlock()
+			if ok {
+				_, _ = b.opts.Sequencer.Acquire(ctx, r.lane, r.key, r.seq, until)
+			}
+		}
+	}
 	return nil
 }
 
@@ -437,7 +550,13 @@ func (b *Broker) DeadLetter(ctx context.Context, d *Delivery, dl *DeadLetter) er
 	if dl.At.IsZero() {
 		dl.At = b.opts.Now()
 	}
-	return Wrap("dead-letter", Transient, b.d.DeadLetter(ctx, d, dl))
+	if err := b.d.DeadLetter(ctx, d, dl); err != nil {
+		return Wrap("dead-letter", Transient, err)
+	}
+	if !b.caps.Ordering {
+		b.releaseOrder(ctx, d, true)
+	}
+	return nil
 }
 
 // Replay moves one dead-letter delivery back to its live lane.

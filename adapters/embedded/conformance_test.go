@@ -17,6 +17,15 @@ func TestConformance(t *testing.T) {
 			return &conformance.Harness{URL: url, InjectRaw: injector(t, url)}
 		})
 	})
+	// The same broker without its native ordering, dedup, attempt limit and
+	// long delays: every case then passes through the framework's fallbacks.
+	t.Run("reduced", func(t *testing.T) {
+		conformance.Run(t, func(t *testing.T) *conformance.Harness {
+			path := filepath.Join(t.TempDir(), "switchyard.db")
+			url := "embedded://" + path + "?reduced=true&namespace=" + conformance.Namespace(t)
+			return &conformance.Harness{URL: url, InjectRaw: injector(t, url)}
+		})
+	})
 	t.Run("mem", func(t *testing.T) {
 		conformance.Run(t, func(t *testing.T) *conformance.Harness {
 			url := "mem://" + conformance.Namespace(t)

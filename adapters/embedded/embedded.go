@@ -52,6 +52,11 @@ type Config struct {
 	// nothing when the process is killed; a power failure may lose the last
 	// commits.
 	SyncFull bool
+	// Reduced makes the driver behave like a minimal broker: no native
+	// ordering, deduplication or attempt limit, and delays of at most one
+	// second. It exists to prove the framework's fallbacks with the
+	// conformance suite; production code has no reason to set it.
+	Reduced bool
 }
 
 func (c *Config) withDefaults() Config {
@@ -103,6 +108,7 @@ func openURL(ctx context.Context, u *url.URL) (broker.Driver, error) {
 	c.MaxMessageSize = q.Int("max_message_size", 1<<20)
 	c.Poll = q.Duration("poll", 25*time.Millisecond)
 	c.SyncFull = q.Bool("sync_full", false)
+	c.Reduced = q.Bool("reduced", false)
 	if err := q.Finish(); err != nil {
 		return nil, err
 	}
@@ -323,6 +329,16 @@ func classify(op string, err error) error {
 // Capabilities implements broker.Driver: the embedded broker does everything
 // natively.
 func (d *Driver) Capabilities() broker.Capabilities {
+	if d.cfg.Reduced {
+		return broker.Capabilities{
+			MaxDelay:          time.Second,
+			LeaseExtension:    true,
+			DeadLetterReasons: true,
+			MaxMessageSize:    d.cfg.MaxMessageSize,
+			MaxBatch:          10,
+			OldestReadyAge:    true,
+		}
+	}
 	return broker.Capabilities{
 		MaxDelay:          0,
 		LeaseExtension:    true,
@@ -374,7 +390,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	now := nowNano()
 	for i, m := range msgs {
 		res[i].ID = m.ID
-		if m.IdempotencyKey != "" {
+		if m.IdempotencyKey != "" && !d.cfg.Reduced {
 			var id string
 			var exp int64
 			err := tx.QueryRowContext(ctx, `SELECT id, expires_at FROM sy_dedup WHERE ns = ? AND lane = ? AND tenant = ? AND key = ?`,
@@ -436,6 +452,14 @@ WHERE seq IN (
 	LIMIT ?6)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`
 
+const receiveUnorderedSQL = `UPDATE sy_messages SET attempts = attempts + 1, lease_token = ?1, visible_at = ?2
+WHERE seq IN (
+	SELECT seq FROM sy_messages m
+	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
+	ORDER BY m.visible_at, m.seq
+	LIMIT ?6)
+RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`
+
 const receiveDeadSQL = `UPDATE sy_messages SET lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
@@ -490,6 +514,9 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 	}
 	defer tx.Rollback()
 	q := receiveSQL
+	if d.cfg.Reduced {
+		q = receiveUnorderedSQL
+	}
 	if req.DeadLetters {
 		q = receiveDeadSQL
 	}
@@ -549,7 +576,7 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		switch {
 		case decodeErr != nil:
 			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: "undecodable message: " + decodeErr.Error(), At: time.Now().UTC()}})
-		case maxAtt > 0 && attempts > maxAtt:
+		case maxAtt > 0 && attempts > maxAtt && !d.cfg.Reduced:
 			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonMaxAttempts,
 				Error: fmt.Sprintf("attempt %d exceeds the limit of %d", attempts, maxAtt), At: time.Now().UTC(),
 				Attempts: []broker.AttemptRecord{{Attempt: int(attempts - 1), Error: "lease expired or nacked"}}}})
