@@ -34,8 +34,11 @@ type Options struct {
 	// DefaultLease is used when a ReceiveRequest has no Lease. Defaults to
 	// 30s.
 	DefaultLease time.Duration
-	// DefaultMaxAttempts applies to messages published with MaxAttempts 0.
-	// Defaults to 25.
+	// DefaultMaxAttempts limits deliveries of messages published with
+	// MaxAttempts 0, as a safety net against messages that crash every
+	// consumer (the scheduler's retry policy usually ends them sooner).
+	// Drivers that enforce limits natively apply their own default, also
+	// 25. Defaults to 25.
 	DefaultMaxAttempts int
 	// Dedup deduplicates idempotency keys for drivers without native
 	// deduplication. Defaults to an in-process store with a 24h window,
@@ -216,9 +219,6 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 	}
 	if m.EnqueuedAt.IsZero() {
 		m.EnqueuedAt = now
-	}
-	if m.MaxAttempts == 0 {
-		m.MaxAttempts = b.opts.DefaultMaxAttempts
 	}
 	r.ID = m.ID
 	if b.caps.MaxMessageSize > 0 && m.Size() > b.caps.MaxMessageSize {
@@ -506,6 +506,37 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 		b.releaseOrder(ctx, d, false)
 	}
 	return nil
+}
+
+// Releaser is implemented by drivers that can give a delivery back without
+// counting an attempt. Broker.Release uses it when present.
+type Releaser interface {
+	// Release ends d's lease and makes it deliverable again after delay,
+	// with the same attempt number on its next delivery.
+	Release(ctx context.Context, d *Delivery, delay time.Duration) error
+}
+
+// Release gives d back without spending an attempt: its next delivery has
+// the same attempt number. The scheduler uses it for snoozes and for work
+// returned at shutdown. Drivers without Releaser get a re-publish of the
+// message followed by an ack.
+func (b *Broker) Release(ctx context.Context, d *Delivery, delay time.Duration) error {
+	if b.closed.Load() {
+		return closedErr("release")
+	}
+	if delay < 0 {
+		delay = 0
+	}
+	var err error
+	if r, ok := b.d.(Releaser); ok && (b.maxDel == 0 || delay <= b.maxDel) {
+		err = Wrap("release", Transient, r.Release(ctx, d, delay))
+	} else {
+		err = b.requeue(ctx, d, delay)
+	}
+	if err == nil && !b.caps.Ordering {
+		b.releaseOrder(ctx, d, false)
+	}
+	return err
 }
 
 // Extend prolongs the deliveries' leases to lease from now.

@@ -246,3 +246,27 @@ func TestCloseWithoutAck(t *testing.T, h *Harness) {
 	}
 	ack(t, b, got[0])
 }
+
+// TestRelease: a delivery given back with Release (a snooze, work returned
+// at shutdown) comes back after its delay with the same attempt number.
+func TestRelease(t *testing.T, h *Harness) {
+	b := Open(t, h, nil)
+	publish(t, b, newMsg("batch", "rate.limited", "wait for capacity"))
+	ds := receiveN(t, b, "batch", 1, 30*time.Second, 10*time.Second)
+	if len(ds) != 1 {
+		t.Fatal("nothing received")
+	}
+	const delay = 1500 * time.Millisecond
+	if err := b.Release(ctxFor(t, 10*time.Second), ds[0], delay); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	expectNone(t, b, "batch", delay-300*time.Millisecond, "released message came back before its delay")
+	got := receiveN(t, b, "batch", 1, 30*time.Second, 10*time.Second)
+	if len(got) != 1 {
+		t.Fatal("released message did not come back")
+	}
+	if got[0].ID != ds[0].ID || got[0].Attempt != 1 {
+		t.Fatalf("got %s attempt %d, want %s attempt 1 (a release spends no attempt)", got[0].ID, got[0].Attempt, ds[0].ID)
+	}
+	ack(t, b, got[0])
+}

@@ -61,6 +61,7 @@ var Cases = []Case{
 	{"ExtendLease", TestExtendLease},
 	{"StaleAck", TestStaleAck},
 	{"NackDelay", TestNackDelay},
+	{"Release", TestRelease},
 	{"CloseWithoutAck", TestCloseWithoutAck},
 	{"DeadLetter", TestDeadLetter},
 	{"MaxAttempts", TestMaxAttempts},

@@ -153,6 +153,7 @@ const (
 	EffectPending   EffectState = "pending"   // begun, outcome not yet recorded
 	EffectConfirmed EffectState = "confirmed" // done; never repeated
 	EffectUnknown   EffectState = "unknown"   // the worker died between doing and recording
+	EffectFailed    EffectState = "failed"    // tried and known not done; may be tried again
 )
 
 // Effect is a recorded side effect of a task, keyed by the handler's key.

@@ -52,6 +52,9 @@ type Config struct {
 	// nothing when the process is killed; a power failure may lose the last
 	// commits.
 	SyncFull bool
+	// DefaultMaxAttempts limits deliveries of messages published with
+	// MaxAttempts 0. Defaults to 25, like broker.Options.
+	DefaultMaxAttempts int
 	// Reduced makes the driver behave like a minimal broker: no native
 	// ordering, deduplication or attempt limit, and delays of at most one
 	// second. It exists to prove the framework's fallbacks with the
@@ -72,6 +75,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if o.Poll <= 0 {
 		o.Poll = 25 * time.Millisecond
+	}
+	if o.DefaultMaxAttempts <= 0 {
+		o.DefaultMaxAttempts = 25
 	}
 	if o.MemoryName == "" {
 		o.MemoryName = "default"
@@ -109,6 +115,7 @@ func openURL(ctx context.Context, u *url.URL) (broker.Driver, error) {
 	c.Poll = q.Duration("poll", 25*time.Millisecond)
 	c.SyncFull = q.Bool("sync_full", false)
 	c.Reduced = q.Bool("reduced", false)
+	c.DefaultMaxAttempts = q.Int("default_max_attempts", 25)
 	if err := q.Finish(); err != nil {
 		return nil, err
 	}
@@ -132,7 +139,10 @@ type Driver struct {
 	wg     sync.WaitGroup
 }
 
-var _ broker.Driver = (*Driver)(nil)
+var (
+	_ broker.Driver   = (*Driver)(nil)
+	_ broker.Releaser = (*Driver)(nil)
+)
 
 // Open opens (creating if needed) the database described by c.
 func Open(ctx context.Context, c Config) (*Driver, error) {
@@ -576,9 +586,9 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		switch {
 		case decodeErr != nil:
 			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: "undecodable message: " + decodeErr.Error(), At: time.Now().UTC()}})
-		case maxAtt > 0 && attempts > maxAtt && !d.cfg.Reduced:
+		case attempts > limitOr(maxAtt, d.cfg.DefaultMaxAttempts) && !d.cfg.Reduced:
 			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonMaxAttempts,
-				Error: fmt.Sprintf("attempt %d exceeds the limit of %d", attempts, maxAtt), At: time.Now().UTC(),
+				Error: fmt.Sprintf("attempt %d exceeds the limit of %d", attempts, limitOr(maxAtt, d.cfg.DefaultMaxAttempts)), At: time.Now().UTC(),
 				Attempts: []broker.AttemptRecord{{Attempt: int(attempts - 1), Error: "lease expired or nacked"}}}})
 		default:
 			out = append(out, dv)
@@ -599,6 +609,13 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		return nil, classify("receive", err)
 	}
 	return out, nil
+}
+
+func limitOr(n int64, def int) int64 {
+	if n > 0 {
+		return n
+	}
+	return int64(def)
 }
 
 func handleOf(op string, dv *broker.Delivery) (handle, error) {
@@ -676,6 +693,21 @@ func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 		return err
 	}
 	err = d.exec(ctx, "nack", dv, `UPDATE sy_messages SET visible_at = ?, lease_token = 0 WHERE seq = ? AND lease_token = ?`,
+		nowNano()+int64(delay), h.seq, h.token)
+	if err == nil && delay <= d.cfg.Poll {
+		d.wake.broadcast()
+	}
+	return err
+}
+
+// Release implements broker.Releaser: the message becomes deliverable after
+// delay and its next delivery keeps the same attempt number.
+func (d *Driver) Release(ctx context.Context, dv *broker.Delivery, delay time.Duration) error {
+	h, err := handleOf("release", dv)
+	if err != nil {
+		return err
+	}
+	err = d.exec(ctx, "release", dv, `UPDATE sy_messages SET visible_at = ?, lease_token = 0, attempts = MAX(attempts - 1, 0) WHERE seq = ? AND lease_token = ?`,
 		nowNano()+int64(delay), h.seq, h.token)
 	if err == nil && delay <= d.cfg.Poll {
 		d.wake.broadcast()

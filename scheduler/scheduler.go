@@ -1,0 +1,486 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/lanes"
+)
+
+// Scheduler is the worker runtime: it pulls tasks from every lane's queue,
+// gives free slots to lanes by the lane policy, runs handlers with leases
+// and heartbeats, applies the retry policy and dead-letters what cannot
+// succeed. It knows nothing of which broker it runs on.
+type Scheduler struct {
+	b      *broker.Broker
+	cfg    *Config
+	policy *lanes.Policy
+
+	mu       sync.Mutex
+	handlers map[string]handlerEntry
+	lanes    map[string]*laneState
+	order    []string // lane names in policy order
+	used     int      // slots in use
+	running  map[*task]struct{}
+	started  bool
+	stopping bool
+
+	wake      chan struct{} // something changed: a delivery arrived, a slot freed
+	fetchCtx  context.Context
+	stopFetch context.CancelFunc
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+	fetchWG   sync.WaitGroup
+	runWG     sync.WaitGroup
+	loopWG    sync.WaitGroup
+	stopOnce  sync.Once
+	stopped   chan struct{}
+}
+
+type handlerEntry struct {
+	fn   HandlerFunc
+	opts HandlerOpts
+}
+
+type laneState struct {
+	def     lanes.Lane
+	buf     []*task // received, not started
+	running int     // slots in use
+	paused  bool
+	more    chan struct{} // room in buf, or resumed
+}
+
+// task is one delivery held by the scheduler, buffered or running.
+type task struct {
+	d       *broker.Delivery
+	cost    int
+	started time.Time
+	cancel  context.CancelCauseFunc // set while running
+}
+
+// errLeaseLost is the cause given to a handler's context when its lease
+// passed to another worker.
+var errLeaseLost = errors.New("scheduler: lease lost")
+
+// errShutdown is the cause given to a handler's context by StopAndCancel.
+var errShutdown = errors.New("scheduler: shutting down")
+
+// New returns a scheduler over b. Register handlers with Handle, then
+// Start.
+func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
+	if b == nil {
+		return nil, broker.Invalidf("scheduler: nil broker")
+	}
+	c := cfg.WithDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	p, err := lanes.NewPolicy(c.Slots, c.Lanes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{
+		b: b, cfg: c, policy: p,
+		handlers: map[string]handlerEntry{},
+		lanes:    map[string]*laneState{},
+		running:  map[*task]struct{}{},
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+	}
+	for _, l := range c.Lanes {
+		s.lanes[l.Name] = &laneState{def: l, more: make(chan struct{}, 1)}
+		s.order = append(s.order, l.Name)
+	}
+	return s, nil
+}
+
+// Handle registers fn for kind. It must be called before Start.
+func (s *Scheduler) Handle(kind string, fn HandlerFunc, opts *HandlerOpts) error {
+	if err := broker.ValidateName("kind", kind); err != nil {
+		return err
+	}
+	if fn == nil {
+		return broker.Invalidf("scheduler: nil handler for %s", kind)
+	}
+	var o HandlerOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Cost <= 0 {
+		o.Cost = 1
+	}
+	if o.Cost > s.cfg.Slots {
+		return broker.Invalidf("scheduler: kind %s costs %d slots, more than the %d there are", kind, o.Cost, s.cfg.Slots)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return broker.Invalidf("scheduler: Handle(%s) after Start", kind)
+	}
+	if _, dup := s.handlers[kind]; dup {
+		return broker.Invalidf("scheduler: kind %s registered twice", kind)
+	}
+	s.handlers[kind] = handlerEntry{fn: fn, opts: o}
+	return nil
+}
+
+// Broker returns the broker the scheduler pulls from.
+func (s *Scheduler) Broker() *broker.Broker { return s.b }
+
+// Config returns the scheduler's effective configuration.
+func (s *Scheduler) Config() Config { return *s.cfg }
+
+// Start begins pulling and running tasks. It returns at once; ctx bounds
+// nothing after Start returns (use Stop).
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return broker.Invalidf("scheduler: started twice")
+	}
+	if len(s.handlers) == 0 {
+		return broker.Invalidf("scheduler: no handlers registered")
+	}
+	s.started = true
+	s.fetchCtx, s.stopFetch = context.WithCancel(context.WithoutCancel(ctx))
+	s.runCtx, s.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+	for _, name := range s.order {
+		l := s.lanes[name]
+		if l.def.Manual {
+			continue
+		}
+		s.fetchWG.Add(1)
+		go s.fetch(l)
+	}
+	s.loopWG.Add(2)
+	go s.dispatch()
+	go s.heartbeat()
+	return nil
+}
+
+// Pause stops lane from getting new slots; its running tasks finish.
+func (s *Scheduler) Pause(lane string) error { return s.setPaused(lane, true) }
+
+// Resume undoes Pause.
+func (s *Scheduler) Resume(lane string) error { return s.setPaused(lane, false) }
+
+func (s *Scheduler) setPaused(lane string, p bool) error {
+	s.mu.Lock()
+	l := s.lanes[lane]
+	if l == nil {
+		s.mu.Unlock()
+		return broker.Invalidf("scheduler: unknown lane %q", lane)
+	}
+	l.paused = p
+	s.mu.Unlock()
+	signal(l.more)
+	s.poke()
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Scheduler) poke() { signal(s.wake) }
+
+// fetch keeps lane's buffer topped up.
+func (s *Scheduler) fetch(l *laneState) {
+	defer s.fetchWG.Done()
+	ctx := s.fetchCtx
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		room := s.cfg.Prefetch - len(l.buf)
+		paused := l.paused
+		s.mu.Unlock()
+		if room <= 0 || paused {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.more:
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.cfg.Logger.Warn("switchyard: receive failed", "lane", l.def.Name, "error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(ds) == 0 {
+			continue
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			s.returnUnstarted(ds)
+			return
+		}
+		for _, d := range ds {
+			l.buf = append(l.buf, &task{d: d, cost: s.costOf(d.Kind)})
+		}
+		s.mu.Unlock()
+		s.poke()
+	}
+}
+
+func (s *Scheduler) costOf(kind string) int {
+	if h, ok := s.handlers[kind]; ok {
+		return h.opts.Cost
+	}
+	return 1
+}
+
+// dispatch gives free slots to lanes by the policy.
+func (s *Scheduler) dispatch() {
+	defer s.loopWG.Done()
+	tick := time.NewTicker(50 * time.Millisecond) // lets age promotion act without events
+	defer tick.Stop()
+	states := make([]lanes.LaneState, 0, len(s.order))
+	for {
+		select {
+		case <-s.fetchCtx.Done():
+			return
+		case <-s.wake:
+		case <-tick.C:
+		}
+		for {
+			s.mu.Lock()
+			if s.stopping {
+				s.mu.Unlock()
+				return
+			}
+			states = states[:0]
+			for _, name := range s.order {
+				l := s.lanes[name]
+				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.paused}
+				if len(l.buf) > 0 {
+					h := l.buf[0].d
+					st.OldestReady = h.EnqueuedAt
+					if h.RunAt.After(st.OldestReady) {
+						st.OldestReady = h.RunAt
+					}
+					st.Cost = l.buf[0].cost
+				}
+				states = append(states, st)
+			}
+			name, ok := s.policy.Next(s.cfg.Now(), states)
+			if !ok {
+				s.mu.Unlock()
+				break
+			}
+			l := s.lanes[name]
+			t := l.buf[0]
+			l.buf = l.buf[1:]
+			l.running += t.cost
+			s.used += t.cost
+			ctx, cancel := context.WithCancelCause(s.runCtx)
+			t.cancel = cancel
+			t.started = time.Now()
+			s.running[t] = struct{}{}
+			s.runWG.Add(1)
+			s.mu.Unlock()
+			signal(l.more)
+			go s.run(ctx, l, t)
+		}
+	}
+}
+
+// finished releases t's slots.
+func (s *Scheduler) finished(l *laneState, t *task) {
+	s.mu.Lock()
+	l.running -= t.cost
+	s.used -= t.cost
+	delete(s.running, t)
+	s.mu.Unlock()
+	t.cancel(nil)
+	s.runWG.Done()
+	s.poke()
+}
+
+// heartbeat extends the leases of every held delivery.
+func (s *Scheduler) heartbeat() {
+	defer s.loopWG.Done()
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopped:
+			return
+		case <-t.C:
+		}
+		s.extendAll()
+	}
+}
+
+func (s *Scheduler) extendAll() {
+	s.mu.Lock()
+	var held []*task
+	for t := range s.running {
+		held = append(held, t)
+	}
+	for _, l := range s.lanes {
+		held = append(held, l.buf...)
+	}
+	s.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
+	defer cancel()
+	ds := make([]*broker.Delivery, len(held))
+	for i, t := range held {
+		ds[i] = t.d
+	}
+	if err := s.b.Extend(ctx, s.cfg.Lease, ds...); err == nil {
+		return
+	}
+	// Find out which leases are gone, one by one.
+	for _, t := range held {
+		err := s.b.Extend(ctx, s.cfg.Lease, t.d)
+		switch {
+		case err == nil:
+		case errors.Is(err, broker.ErrLeaseLost):
+			s.leaseLost(t)
+		default:
+			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt, Err: err})
+			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
+		}
+	}
+}
+
+// leaseLost cancels a running task whose lease passed to another worker,
+// or drops a buffered one.
+func (s *Scheduler) leaseLost(t *task) {
+	s.mu.Lock()
+	_, running := s.running[t]
+	if !running {
+		for _, l := range s.lanes {
+			for i, b := range l.buf {
+				if b == t {
+					l.buf = append(l.buf[:i], l.buf[i+1:]...)
+					break
+				}
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
+	if running && t.cancel != nil {
+		t.cancel(errLeaseLost)
+	}
+}
+
+func (s *Scheduler) observe(e Event) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(e)
+	}
+}
+
+// Stopped is closed when the scheduler has stopped.
+func (s *Scheduler) Stopped() <-chan struct{} { return s.stopped }
+
+// Stop shuts down gracefully: it stops fetching, returns tasks received but
+// not started (without spending an attempt), and waits for running tasks
+// until ctx ends; tasks still running then are cancelled and returned the
+// same way. Stop is safe to call twice.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	return s.stop(ctx, false)
+}
+
+// StopAndCancel cancels running tasks at once, returns them and the
+// unstarted ones without spending attempts, and waits for handlers to
+// return (or ctx to end).
+func (s *Scheduler) StopAndCancel(ctx context.Context) error {
+	return s.stop(ctx, true)
+}
+
+func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
+	s.mu.Lock()
+	if !s.started {
+		s.mu.Unlock()
+		return nil
+	}
+	s.stopping = true
+	var unstarted []*broker.Delivery
+	for _, l := range s.lanes {
+		for _, t := range l.buf {
+			unstarted = append(unstarted, t.d)
+		}
+		l.buf = nil
+	}
+	s.mu.Unlock()
+	s.stopOnce.Do(func() {
+		s.stopFetch()
+	})
+	s.fetchWG.Wait()
+	s.returnUnstarted(unstarted)
+	if cancelNow {
+		s.cancelAll(errShutdown)
+	}
+	done := make(chan struct{})
+	go func() { s.runWG.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.cancelAll(errShutdown)
+		err = ctx.Err()
+		// Handlers that ignore their context cannot be waited for forever;
+		// give them a moment to observe the cancellation.
+		select {
+		case <-done:
+			err = nil
+		case <-time.After(5 * time.Second):
+		}
+	}
+	s.mu.Lock()
+	select {
+	case <-s.stopped:
+	default:
+		close(s.stopped)
+	}
+	s.mu.Unlock()
+	s.loopWG.Wait()
+	return err
+}
+
+func (s *Scheduler) cancelAll(cause error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t := range s.running {
+		t.cancel(cause)
+	}
+}
+
+// returnUnstarted gives deliveries back without spending attempts.
+func (s *Scheduler) returnUnstarted(ds []*broker.Delivery) {
+	if len(ds) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, d := range ds {
+		if err := s.b.Release(ctx, d, 0); err != nil {
+			s.cfg.Logger.Warn("switchyard: returning an unstarted task failed; it comes back after its lease", "task", d.ID, "error", err)
+		}
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
+	}
+}

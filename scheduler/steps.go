@@ -1,0 +1,148 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
+)
+
+type runKey struct{}
+
+// runState is what Step and Effect need from the running task.
+type runState struct {
+	s       *Scheduler
+	task    string
+	attempt int
+}
+
+func stateOf(ctx context.Context) *runState {
+	rs, _ := ctx.Value(runKey{}).(*runState)
+	return rs
+}
+
+// ErrNotInTask is returned by Step and Effect called outside a handler.
+var ErrNotInTask = errors.New("scheduler: Step and Effect must be called with the handler's context")
+
+// ErrEffectUnknown is the permanent error Effect returns for an effect whose
+// outcome is unknown (the worker died between doing it and recording it)
+// when no reconcile function can tell whether it happened. The task is
+// dead-lettered for a person to decide, never silently repeated.
+var ErrEffectUnknown = errors.New("scheduler: effect outcome unknown and no reconcile function")
+
+// Step runs fn once per task: when a step of this name already completed
+// (in an earlier attempt, or an earlier delivery of the same task), its
+// stored output is returned and fn is not called — a retry does not call
+// the model again. Without a ledger, fn always runs.
+func Step(ctx context.Context, name string, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	rs := stateOf(ctx)
+	if rs == nil {
+		return nil, ErrNotInTask
+	}
+	L := rs.s.cfg.Ledger
+	if L == nil {
+		return fn(ctx)
+	}
+	out, ok, err := L.GetStep(ctx, rs.task, name)
+	if err != nil {
+		return nil, fmt.Errorf("step %s: %w", name, err)
+	}
+	if ok {
+		return out, nil
+	}
+	out, err = fn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := L.PutStep(ctx, rs.task, name, out)
+	if err != nil {
+		// The output exists but is not recorded: retrying recomputes it,
+		// which is the best that can be done.
+		return nil, fmt.Errorf("step %s: recording output: %w", name, err)
+	}
+	return stored, nil
+}
+
+// EffectOpts tune Effect.
+type EffectOpts struct {
+	// Reconcile, when set, is asked whether an effect whose outcome is
+	// unknown actually happened (by looking at the other system: did the
+	// email go out, does the charge exist?). It returns done=true with the
+	// effect's result if it happened. Without it, an unknown effect stops
+	// the task with ErrEffectUnknown.
+	Reconcile func(ctx context.Context) (done bool, result []byte, err error)
+}
+
+// Effect performs a side effect at most once per task once confirmed: it
+// records the effect as pending, calls do, and records it as confirmed with
+// do's result. A later attempt finds it confirmed and returns the stored
+// result without calling do. An effect left pending by an earlier attempt
+// (the worker died between doing and recording) is unknown: it goes through
+// opts.Reconcile before anything can repeat it. If do returns an error, the
+// effect is recorded as failed (not done) and may be tried again — unless
+// the error is UnknownOutcome, which leaves it unknown.
+//
+// Without a ledger, do always runs.
+func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byte, error), opts *EffectOpts) ([]byte, error) {
+	rs := stateOf(ctx)
+	if rs == nil {
+		return nil, ErrNotInTask
+	}
+	L := rs.s.cfg.Ledger
+	if L == nil {
+		return do(ctx)
+	}
+	e, begun, err := L.BeginEffect(ctx, rs.task, key, rs.attempt)
+	if err != nil {
+		return nil, fmt.Errorf("effect %s: %w", key, err)
+	}
+	if !begun {
+		switch e.State {
+		case ledger.EffectConfirmed:
+			return e.Result, nil
+		case ledger.EffectFailed:
+			// Known not done: take it for this attempt and do it.
+			if err := L.SetEffect(ctx, rs.task, key, ledger.EffectPending, nil); err != nil {
+				return nil, fmt.Errorf("effect %s: %w", key, err)
+			}
+		case ledger.EffectPending, ledger.EffectUnknown:
+			if e.State == ledger.EffectPending {
+				_ = L.SetEffect(ctx, rs.task, key, ledger.EffectUnknown, nil)
+			}
+			if opts == nil || opts.Reconcile == nil {
+				return nil, Permanent(fmt.Errorf("effect %s: %w", key, ErrEffectUnknown))
+			}
+			done, result, err := opts.Reconcile(ctx)
+			if err != nil {
+				return nil, UnknownOutcome(fmt.Errorf("effect %s: reconcile: %w", key, err))
+			}
+			if done {
+				if err := L.SetEffect(ctx, rs.task, key, ledger.EffectConfirmed, result); err != nil {
+					return nil, fmt.Errorf("effect %s: %w", key, err)
+				}
+				return result, nil
+			}
+			if err := L.SetEffect(ctx, rs.task, key, ledger.EffectPending, nil); err != nil {
+				return nil, fmt.Errorf("effect %s: %w", key, err)
+			}
+		}
+	}
+	result, err := do(ctx)
+	if err != nil {
+		var r *resultError
+		unknown := errors.As(err, &r) && r.kind == resultUnknown || broker.ClassOf(err) == broker.UnknownOutcome && errors.Is(err, broker.ErrUnknownOutcome)
+		if !unknown {
+			_ = L.SetEffect(context.WithoutCancel(ctx), rs.task, key, ledger.EffectFailed, nil)
+		} else {
+			_ = L.SetEffect(context.WithoutCancel(ctx), rs.task, key, ledger.EffectUnknown, nil)
+		}
+		return nil, err
+	}
+	if err := L.SetEffect(context.WithoutCancel(ctx), rs.task, key, ledger.EffectConfirmed, result); err != nil {
+		// Done but not recorded: the next attempt reconciles it.
+		return nil, UnknownOutcome(fmt.Errorf("effect %s: recording confirmation: %w", key, err))
+	}
+	return result, nil
+}

@@ -1,0 +1,417 @@
+// Package switchyard runs background work — AI-agent steps above all — over
+// the message broker a team already has (Amazon SQS, RabbitMQ, Redis through
+// asynq, NATS JetStream, or the embedded default that needs no server), with
+// the same guarantees on every one.
+//
+// # The pieces
+//
+// A Client enqueues typed tasks; a Server runs registered handlers. Below
+// them, broker.Broker carries small envelopes that describe work, and an
+// optional ledger.Ledger holds the truth about what happened: with it, a
+// duplicate delivery or a crash retry never repeats a completed Step or a
+// confirmed Effect.
+//
+//	b, _ := broker.Open(ctx, "embedded:///var/lib/app/switchyard.db", nil)
+//	client, _ := switchyard.NewClient(b, nil)
+//	client.Enqueue(ctx, SummarizeArgs{DocID: "d1"}, &switchyard.EnqueueOpts{Lane: "interactive"})
+//
+//	srv, _ := switchyard.NewServer(b, nil)
+//	switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[SummarizeArgs]) error {
+//		summary, err := switchyard.Step(ctx, "summarize", func(ctx context.Context) (string, error) {
+//			return model.Summarize(ctx, t.Args.DocID) // not called again on a retry
+//		})
+//		...
+//	}, nil)
+//	srv.Start(ctx)
+//	defer srv.Stop(ctx)
+//
+// # Handler results
+//
+// A handler returns nil for success, or an error: Permanent (dead-letter at
+// once), Cancel, Snooze (re-delay without spending an attempt), RetryAfter,
+// UnknownOutcome, AwaitApproval — or any other error, retried with
+// exponential backoff and full jitter, then dead-lettered with its whole
+// attempt history.
+package switchyard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/lanes"
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/scheduler"
+)
+
+// TaskArgs are a task's typed arguments. Kind names the handler; it is a
+// stable string stored with every task, not a Go type name.
+type TaskArgs interface {
+	Kind() string
+}
+
+// ArgsWithOpts lets task arguments carry their own default EnqueueOpts
+// (lane, max attempts, …); options given to Enqueue override them field by
+// field.
+type ArgsWithOpts interface {
+	TaskArgs
+	EnqueueOpts() EnqueueOpts
+}
+
+// EnqueueOpts are per-task options. The zero value of each field means its
+// default.
+type EnqueueOpts struct {
+	// Lane defaults to "scheduled" when RunAt or Delay is set, else "batch".
+	Lane string
+	// IdempotencyKey makes a second Enqueue with the same key (and tenant)
+	// return the first task instead of creating another.
+	IdempotencyKey string
+	// Tenant scopes idempotency keys and fairness. Defaults to "".
+	Tenant string
+	// OrderingKey: tasks with the same key start in enqueue order and never
+	// run at the same time.
+	OrderingKey string
+	// RunAt delays the task until then; Delay until now+Delay.
+	RunAt time.Time
+	Delay time.Duration
+	// Deadline: a task not started by then is dead-lettered with reason
+	// expired, and a running one has its context cancelled at it.
+	Deadline time.Time
+	// MaxAttempts overrides the retry policy's limit for this task.
+	MaxAttempts int
+	// Metadata is small string data kept with the task (in message headers
+	// and the ledger).
+	Metadata map[string]string
+}
+
+// EnqueueResult says what Enqueue did.
+type EnqueueResult struct {
+	ID string
+	// Duplicate reports that the idempotency key was already used: ID is
+	// the existing task's and nothing new was enqueued.
+	Duplicate bool
+}
+
+// ClientConfig configures a Client. A nil *ClientConfig means defaults.
+type ClientConfig struct {
+	// Ledger, when set, records every task at enqueue and deduplicates
+	// idempotency keys for as long as the task is kept. Defaults to nil.
+	Ledger ledger.Ledger
+}
+
+// Client enqueues tasks.
+type Client struct {
+	b *broker.Broker
+	l ledger.Ledger
+}
+
+// NewClient returns a Client publishing through b.
+func NewClient(b *broker.Broker, cfg *ClientConfig) (*Client, error) {
+	if b == nil {
+		return nil, broker.Invalidf("switchyard: nil broker")
+	}
+	c := &Client{b: b}
+	if cfg != nil {
+		c.l = cfg.Ledger
+	}
+	return c, nil
+}
+
+// Headers used for task metadata.
+const metaPrefix = "meta-"
+
+// Enqueue publishes one task. With a ledger, the task is recorded first and
+// a duplicate idempotency key returns the existing task (and publishes
+// again only if that task never left the queued state, so an Enqueue whose
+// publish failed can simply be retried).
+func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) (*EnqueueResult, error) {
+	if args == nil {
+		return nil, broker.Invalidf("switchyard: nil task args")
+	}
+	o := mergeOpts(args, opts)
+	body, err := json.Marshal(args)
+	if err != nil {
+		return nil, broker.KindError("enqueue", broker.Permanent, broker.ErrInvalid, "encode %s args: %v", args.Kind(), err)
+	}
+	m := &broker.Message{Lane: o.Lane, Kind: args.Kind(), Body: body, IdempotencyKey: o.IdempotencyKey, Tenant: o.Tenant,
+		OrderingKey: o.OrderingKey, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts}
+	if !o.Deadline.IsZero() || len(o.Metadata) > 0 {
+		m.Headers = map[string]string{}
+		if !o.Deadline.IsZero() {
+			m.Headers[scheduler.HeaderDeadline] = o.Deadline.UTC().Format(time.RFC3339Nano)
+		}
+		for k, v := range o.Metadata {
+			m.Headers[metaPrefix+k] = v
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	if c.l != nil {
+		m.ID = broker.NewID()
+		t, created, err := c.l.Create(ctx, &ledger.Task{ID: m.ID, Tenant: o.Tenant, IdempotencyKey: o.IdempotencyKey, Kind: m.Kind,
+			Lane: m.Lane, OrderingKey: o.OrderingKey, Args: body, MaxAttempts: o.MaxAttempts, RunAt: o.RunAt, Deadline: o.Deadline, Metadata: o.Metadata})
+		if err != nil {
+			return nil, err
+		}
+		if !created {
+			if t.State == ledger.Queued && t.Attempt == 0 {
+				// Possibly never published: publish again under the same ID.
+				// A second copy is harmless: the ledger runs it once.
+				m.ID = t.ID
+				m.Lane, m.Kind, m.Body = t.Lane, t.Kind, t.Args
+				if _, err := c.b.PublishOne(ctx, m); err != nil {
+					return nil, err
+				}
+			}
+			return &EnqueueResult{ID: t.ID, Duplicate: true}, nil
+		}
+	}
+	r, err := c.b.PublishOne(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return &EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}, nil
+}
+
+func mergeOpts(args TaskArgs, opts *EnqueueOpts) EnqueueOpts {
+	var o EnqueueOpts
+	if a, ok := args.(ArgsWithOpts); ok {
+		o = a.EnqueueOpts()
+	}
+	if opts != nil {
+		p := *opts
+		if p.Lane != "" {
+			o.Lane = p.Lane
+		}
+		if p.IdempotencyKey != "" {
+			o.IdempotencyKey = p.IdempotencyKey
+		}
+		if p.Tenant != "" {
+			o.Tenant = p.Tenant
+		}
+		if p.OrderingKey != "" {
+			o.OrderingKey = p.OrderingKey
+		}
+		if !p.RunAt.IsZero() {
+			o.RunAt = p.RunAt
+		}
+		if p.Delay > 0 {
+			o.Delay = p.Delay
+		}
+		if !p.Deadline.IsZero() {
+			o.Deadline = p.Deadline
+		}
+		if p.MaxAttempts > 0 {
+			o.MaxAttempts = p.MaxAttempts
+		}
+		if p.Metadata != nil {
+			o.Metadata = p.Metadata
+		}
+	}
+	if o.Delay > 0 && o.RunAt.IsZero() {
+		o.RunAt = time.Now().Add(o.Delay)
+	}
+	if o.Lane == "" {
+		o.Lane = lanes.Batch
+		if !o.RunAt.IsZero() {
+			o.Lane = lanes.Scheduled
+		}
+	}
+	return o
+}
+
+// TaskInfo is a task's record with its history.
+type TaskInfo struct {
+	Task     *ledger.Task
+	Attempts []ledger.Attempt
+	Events   []ledger.Event
+	Effects  []ledger.Effect
+}
+
+// ErrNoLedger is returned by calls that need a ledger when none is
+// configured.
+var ErrNoLedger = errors.New("switchyard: this needs a ledger (ClientConfig.Ledger)")
+
+// Task looks a task up by ID, with its attempts, events and effects.
+func (c *Client) Task(ctx context.Context, id string) (*TaskInfo, error) {
+	if c.l == nil {
+		return nil, ErrNoLedger
+	}
+	t, err := c.l.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	info := &TaskInfo{Task: t}
+	if info.Attempts, err = c.l.Attempts(ctx, id); err != nil {
+		return nil, err
+	}
+	if info.Events, err = c.l.Events(ctx, id); err != nil {
+		return nil, err
+	}
+	if info.Effects, err = c.l.Effects(ctx, id); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// Task is one delivery of a task to a handler, with typed arguments.
+type Task[T TaskArgs] struct {
+	ID          string
+	Args        T
+	Lane        string
+	Tenant      string
+	Attempt     int
+	MaxAttempts int
+	EnqueuedAt  time.Time
+	// Metadata is the task's metadata (EnqueueOpts.Metadata).
+	Metadata map[string]string
+	// Review is the reviewer's decision when the task resumed after
+	// AwaitApproval, else nil.
+	Review *scheduler.Review
+	// Job is the untyped view, with the ledger record when there is one.
+	Job *scheduler.Job
+
+	result []byte
+}
+
+// SetResult stores v (JSON-encoded) as the task's result in the ledger when
+// the handler succeeds.
+func (t *Task[T]) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("switchyard: encode result: %w", err)
+	}
+	t.result = b
+	return nil
+}
+
+// Handler processes tasks of one kind.
+type Handler[T TaskArgs] func(ctx context.Context, t *Task[T]) error
+
+// ServerConfig configures a Server; see scheduler.Config for every field
+// and its default.
+type ServerConfig = scheduler.Config
+
+// HandlerOpts tune one kind's handling; see scheduler.HandlerOpts.
+type HandlerOpts = scheduler.HandlerOpts
+
+// Server runs handlers.
+type Server struct {
+	s *scheduler.Scheduler
+}
+
+// NewServer returns a Server pulling from b. cfg may be nil.
+func NewServer(b *broker.Broker, cfg *ServerConfig) (*Server, error) {
+	s, err := scheduler.New(b, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{s: s}, nil
+}
+
+// Register registers h for T's kind. Arguments that do not decode into T
+// dead-letter the task with reason undecodable, without retrying.
+func Register[T TaskArgs](srv *Server, h Handler[T], opts *HandlerOpts) error {
+	var zero T
+	kind := zero.Kind()
+	return srv.s.Handle(kind, func(ctx context.Context, job *scheduler.Job) ([]byte, error) {
+		t := &Task[T]{ID: job.ID, Lane: job.Lane, Tenant: job.Tenant, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts,
+			EnqueuedAt: job.EnqueuedAt, Review: job.Review, Job: job}
+		if err := json.Unmarshal(job.Args, &t.Args); err != nil {
+			return nil, fmt.Errorf("%w: %s args: %v", broker.ErrUndecodable, kind, err)
+		}
+		for k, v := range job.Headers {
+			if len(k) > len(metaPrefix) && k[:len(metaPrefix)] == metaPrefix {
+				if t.Metadata == nil {
+					t.Metadata = map[string]string{}
+				}
+				t.Metadata[k[len(metaPrefix):]] = v
+			}
+		}
+		if err := h(ctx, t); err != nil {
+			return nil, err
+		}
+		return t.result, nil
+	}, opts)
+}
+
+// Start begins running tasks.
+func (s *Server) Start(ctx context.Context) error { return s.s.Start(ctx) }
+
+// Stop shuts down gracefully; see scheduler.Scheduler.Stop.
+func (s *Server) Stop(ctx context.Context) error { return s.s.Stop(ctx) }
+
+// StopAndCancel cancels running tasks and shuts down; see
+// scheduler.Scheduler.StopAndCancel.
+func (s *Server) StopAndCancel(ctx context.Context) error { return s.s.StopAndCancel(ctx) }
+
+// Stopped is closed once the server has stopped.
+func (s *Server) Stopped() <-chan struct{} { return s.s.Stopped() }
+
+// Pause stops a lane from starting new tasks; Resume undoes it.
+func (s *Server) Pause(lane string) error  { return s.s.Pause(lane) }
+func (s *Server) Resume(lane string) error { return s.s.Resume(lane) }
+
+// Scheduler returns the underlying runtime.
+func (s *Server) Scheduler() *scheduler.Scheduler { return s.s }
+
+// Handler results, re-exported from scheduler.
+var (
+	Permanent      = scheduler.Permanent
+	Cancel         = scheduler.Cancel
+	Snooze         = scheduler.Snooze
+	RetryAfter     = scheduler.RetryAfter
+	UnknownOutcome = scheduler.UnknownOutcome
+	AwaitApproval  = scheduler.AwaitApproval
+)
+
+// Step runs fn once per task and memoises its output in the ledger (as
+// JSON): a retry or a duplicate delivery gets the stored value back without
+// calling fn. Without a ledger, fn always runs.
+func Step[T any](ctx context.Context, name string, fn func(ctx context.Context) (T, error)) (T, error) {
+	var out T
+	b, err := scheduler.Step(ctx, name, func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	})
+	if err != nil {
+		return out, err
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return out, fmt.Errorf("switchyard: step %s: stored output does not decode: %w", name, err)
+	}
+	return out, nil
+}
+
+// EffectOpts tune Effect; see scheduler.EffectOpts.
+type EffectOpts = scheduler.EffectOpts
+
+// Effect performs a side effect at most once per task once confirmed, and
+// reconciles one whose outcome is unknown before repeating it; see
+// scheduler.Effect. Its result is stored as JSON.
+func Effect[T any](ctx context.Context, key string, do func(ctx context.Context) (T, error), opts *EffectOpts) (T, error) {
+	var out T
+	b, err := scheduler.Effect(ctx, key, func(ctx context.Context) ([]byte, error) {
+		v, err := do(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(v)
+	}, opts)
+	if err != nil {
+		return out, err
+	}
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &out); err != nil {
+			return out, fmt.Errorf("switchyard: effect %s: stored result does not decode: %w", key, err)
+		}
+	}
+	return out, nil
+}
