@@ -135,3 +135,21 @@ type Capabilities struct {
 	// OldestReadyAge: Stats.OldestReady is reported.
 	OldestReadyAge bool
 }
+
+// LaneLister is implemented by drivers that can list the lanes holding
+// messages in their namespace (live or dead). Operator tools use it; without
+// it they fall back to the configured lanes.
+type LaneLister interface {
+	Lanes(ctx context.Context) ([]string, error)
+}
+
+// Lanes lists the driver's lanes when it can tell (see LaneLister); ok is
+// false when it cannot.
+func (b *Broker) Lanes(ctx context.Context) (lanes []string, ok bool, err error) {
+	l, can := b.d.(LaneLister)
+	if !can {
+		return nil, false, nil
+	}
+	lanes, err = l.Lanes(ctx)
+	return lanes, true, Wrap("lanes", Transient, err)
+}

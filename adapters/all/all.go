@@ -1,0 +1,8 @@
+// Package all imports every adapter shipped with Switchyard, so that
+// broker.Open understands all their URL schemes. Programs that use one
+// broker should import just that adapter instead.
+package all
+
+import (
+	_ "github.com/switchyard-dev/switchyard/adapters/embedded" // embedded://, mem://
+)
