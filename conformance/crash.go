@@ -25,11 +25,23 @@ const (
 // maybeChild runs the child's part of the crash case when this process is
 // that child, and never returns in that case.
 func maybeChild() bool {
-	if os.Getenv(childEnv) != "crash" {
-		return false
+	switch mode := os.Getenv(childEnv); mode {
+	case "crash":
+		os.Exit(crashChild())
+	case "e2e-step", "e2e-effect":
+		os.Exit(crashChildE2E(mode))
+	case "chaos":
+		os.Exit(chaosWorker())
 	}
-	os.Exit(crashChild())
-	return true
+	return false
+}
+
+// noSpawnFromChild stops a child process from starting children of its own
+// (which would multiply without bound).
+func noSpawnFromChild(t testing.TB) {
+	if os.Getenv(childEnv) != "" {
+		t.Fatalf("refusing to start a child process from a child (%s=%s)", childEnv, os.Getenv(childEnv))
+	}
 }
 
 // crashChild leases one message, reports it on stdout and then waits to be
@@ -71,6 +83,7 @@ func TestCrash(t *testing.T, h *Harness) {
 	rs := publish(t, b, newMsg("interactive", "agent.step", "victim"))
 	victim := rs[0].ID
 
+	noSpawnFromChild(t)
 	// The child is this test binary, told by the environment to run the
 	// child's part; -test.run keeps it from running anything else first.
 	top := strings.SplitN(t.Name(), "/", 2)[0]

@@ -27,6 +27,11 @@ type Harness struct {
 	// them.
 	Options *broker.Options
 
+	// LedgerDSN is the ledger the end-to-end cases use (RunE2E). Every call
+	// of the harness maker must give a fresh one. Empty means a new SQLite
+	// file in the test's temporary directory.
+	LedgerDSN string
+
 	// InjectRaw, when set, puts body on the lane's live queue as the broker
 	// would carry a message that Switchyard did not publish (a foreign or
 	// corrupt message). The undecodable-message case needs it.

@@ -181,6 +181,11 @@ type TransitionRequest struct {
 	Result    []byte    // when non-nil, sets Task.Result
 	LastError *string   // when non-nil, sets Task.LastError
 	RunAt     time.Time // when non-zero, sets Task.RunAt
+	// IfAttemptBelow, when > 0, adds a guard: the transition applies only
+	// if the task's Attempt is below it (else ErrConflict). The runtime
+	// uses it so that of two deliveries of a running task only one with a
+	// newer attempt takes it over.
+	IfAttemptBelow int
 }
 
 // Filter selects tasks for List.

@@ -58,14 +58,15 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			fmt.Sprintf("attempt %d exceeds the limit of %d; earlier attempts crashed or lost their leases", d.Attempt, job.MaxAttempts), nil)
 		return
 	}
+	attempt := d.Attempt
 	if s.cfg.Ledger != nil {
-		task, proceed := s.begin(settle, d)
+		task, n, proceed := s.begin(settle, d)
 		if !proceed {
 			return
 		}
-		job.Task = task
+		job.Task, job.Attempt, attempt = task, n, n
 	}
-	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
+	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt})
 
 	hctx := ctx
 	if h.opts.Timeout > 0 {
@@ -78,13 +79,13 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		hctx, c = context.WithDeadline(hctx, dl)
 		defer c()
 	}
-	rs := &runState{s: s, task: d.ID, attempt: d.Attempt}
+	rs := &runState{s: s, task: d.ID, attempt: attempt}
 	hctx = context.WithValue(hctx, runKey{}, rs)
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)
 	dur := time.Since(start)
 
-	att := ledger.Attempt{TaskID: d.ID, Number: d.Attempt, Worker: s.cfg.WorkerID, Start: start, Duration: dur, Class: out.class(), Stack: out.stack}
+	att := ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: start, Duration: dur, Class: out.class(), Stack: out.stack}
 	if out.err != nil {
 		att.Error = out.err.Error()
 	}
@@ -98,11 +99,11 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	case errors.Is(cause, errShutdown):
 		att.Outcome, att.Class = "returned", ""
 		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", d.Attempt-1, nil, nil)
+		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", 0, nil, nil)
 		if err := s.b.Release(settle, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur})
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 		return
 	}
 
@@ -114,7 +115,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur})
+		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultCancel:
 		att.Outcome = "cancel"
@@ -124,14 +125,14 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur, Err: out.err})
+		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
 		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), d.Attempt-1, nil, nil)
+		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), 0, nil, nil)
 		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
-		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur})
+		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwait:
 		att.Outcome = "await_review"
@@ -145,7 +146,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur})
+		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultPermanent || errors.Is(out.err, broker.ErrUndecodable):
 		att.Outcome = "permanent"
@@ -167,19 +168,19 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			att.Outcome = "panic"
 		}
 		s.finishAttempt(settle, att)
-		if d.Attempt >= job.MaxAttempts {
+		if attempt >= job.MaxAttempts {
 			s.dead(settle, d, &att, broker.ReasonMaxAttempts,
-				fmt.Sprintf("attempt %d of %d failed: %v", d.Attempt, job.MaxAttempts, out.err), nil)
+				fmt.Sprintf("attempt %d of %d failed: %v", attempt, job.MaxAttempts, out.err), nil)
 			return
 		}
 		delay := out.delay
 		if delay <= 0 {
-			delay = s.policyFor(h).Backoff(d.Attempt)
+			delay = s.policyFor(h).Backoff(attempt)
 		}
 		msg := out.err.Error()
 		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, s.cfg.Now().Add(delay), &msg)
 		s.settleErr(d, "nack", s.b.Nack(settle, d, delay))
-		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Duration: dur, Err: out.err})
+		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 	}
 }
 
@@ -224,7 +225,7 @@ func deadlineOf(d *broker.Delivery) time.Time {
 // proceed=false when the delivery must not run: the task already finished
 // (a duplicate delivery), is parked for review, or the ledger is failing
 // (then the delivery is given back for later).
-func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task, bool) {
+func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task, int, bool) {
 	L := s.cfg.Ledger
 	t, err := L.Get(ctx, d.ID)
 	if errors.Is(err, ledger.ErrNotFound) {
@@ -236,41 +237,63 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 			// Its idempotency key belongs to another task: this delivery is
 			// a duplicate of that one.
 			s.duplicate(ctx, d, "its idempotency key belongs to task "+t.ID)
-			return nil, false
+			return nil, 0, false
 		}
 	}
 	if err != nil {
 		s.ledgerDown(ctx, d, err)
-		return nil, false
+		return nil, 0, false
 	}
 	switch t.State {
 	case ledger.Completed, ledger.Cancelled, ledger.Rejected, ledger.Failed:
 		s.duplicate(ctx, d, "the task is already "+string(t.State))
-		return nil, false
+		return nil, 0, false
 	case ledger.AwaitingReview:
 		s.duplicate(ctx, d, "the task is awaiting review")
-		return nil, false
+		return nil, 0, false
 	case ledger.Dead:
 		// The ledger dead-lettered it but the broker still had it (a crash
 		// between the two): finish the move.
 		s.dead(ctx, d, nil, broker.ReasonMaxAttempts, "dead in the ledger: "+t.LastError, nil)
-		return nil, false
+		return nil, 0, false
 	}
-	t, err = L.Transition(ctx, ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait},
-		To: ledger.Running, Reason: "attempt_started", Actor: s.cfg.WorkerID, Attempt: d.Attempt})
+	// The attempt this run records: the delivery's, or the ledger's when
+	// the delivery is a copy whose count started lower (one past it after a
+	// failed attempt; the same after a snooze or a return, which spend
+	// none).
+	attempt := max(d.Attempt, t.Attempt)
+	if t.State == ledger.RetryWait {
+		attempt = max(d.Attempt, t.Attempt+1)
+	}
+	req := ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Queued, ledger.RetryWait},
+		To: ledger.Running, Reason: "attempt_started", Actor: s.cfg.WorkerID, Attempt: attempt}
+	if t.State == ledger.Running {
+		// Another delivery started it. Take over only with a newer attempt
+		// (the earlier holder crashed or lost its lease); a copy with an
+		// attempt no newer is a concurrent duplicate.
+		if d.Attempt <= t.Attempt {
+			s.cfg.Logger.Debug("switchyard: task running elsewhere; delivery held back", "task", d.ID)
+			s.settleErr(d, "release", s.b.Release(ctx, d, s.cfg.Lease))
+			s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: errors.New("running elsewhere")})
+			return nil, 0, false
+		}
+		attempt = d.Attempt
+		req.From, req.Attempt, req.IfAttemptBelow = []ledger.State{ledger.Running}, attempt, attempt
+	}
+	t, err = L.Transition(ctx, req)
 	if errors.Is(err, ledger.ErrConflict) {
 		// Someone moved it meanwhile; decide again from its new state.
 		return s.begin(ctx, d)
 	}
 	if err != nil {
 		s.ledgerDown(ctx, d, err)
-		return nil, false
+		return nil, 0, false
 	}
-	if err := L.StartAttempt(ctx, ledger.Attempt{TaskID: d.ID, Number: d.Attempt, Worker: s.cfg.WorkerID, Start: time.Now()}); err != nil {
+	if err := L.StartAttempt(ctx, ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: time.Now()}); err != nil {
 		s.ledgerDown(ctx, d, err)
-		return nil, false
+		return nil, 0, false
 	}
-	return t, true
+	return t, attempt, true
 }
 
 func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why string) {

@@ -45,3 +45,35 @@ func injector(t *testing.T, url string) func(ctx context.Context, lane string, b
 		return d.InjectRaw(ctx, lane, body)
 	}
 }
+
+func TestConformanceE2E(t *testing.T) {
+	t.Run("file", func(t *testing.T) {
+		conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
+			path := filepath.Join(t.TempDir(), "switchyard.db")
+			return &conformance.Harness{URL: "embedded://" + path + "?namespace=" + conformance.Namespace(t)}
+		})
+	})
+	t.Run("reduced", func(t *testing.T) {
+		conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
+			path := filepath.Join(t.TempDir(), "switchyard.db")
+			return &conformance.Harness{URL: "embedded://" + path + "?reduced=true&namespace=" + conformance.Namespace(t)}
+		})
+	})
+	t.Run("mem", func(t *testing.T) {
+		conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
+			return &conformance.Harness{URL: "mem://" + conformance.Namespace(t), InProcess: true}
+		})
+	})
+}
+
+// TestChaos: 1,000 three-step tasks with one effect each, on worker
+// processes SIGKILLed at random at least 50 times.
+//
+//	go test ./adapters/embedded/ -run TestChaos -v
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes about half a minute; -short skips it")
+	}
+	path := filepath.Join(t.TempDir(), "switchyard.db")
+	conformance.TestChaos(t, &conformance.Harness{URL: "embedded://" + path + "?namespace=chaos"}, conformance.ChaosOptions{})
+}
