@@ -133,7 +133,6 @@ type Driver struct {
 	cfg    Config
 	db     *sql.DB
 	shared *sharedDB
-	wake   *waker
 	closed atomic.Bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
@@ -177,7 +176,7 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Driver{cfg: c, db: s.db, shared: s, wake: s.wake, stop: make(chan struct{})}
+	d := &Driver{cfg: c, db: s.db, shared: s, stop: make(chan struct{})}
 	d.wg.Add(1)
 	go d.janitor()
 	return d, nil
@@ -189,9 +188,36 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 type sharedDB struct {
 	key    string
 	db     *sql.DB
-	wake   *waker
 	refs   int
 	memory bool
+
+	mu     sync.Mutex
+	wakers map[string]*waker    // per namespace and lane, under mu
+	stmts  map[string]*sql.Stmt // prepared at open, read-only after
+}
+
+// waker returns the waker of (ns, lane).
+func (s *sharedDB) waker(ns, lane string) *waker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := ns + "\x00" + lane
+	w := s.wakers[k]
+	if w == nil {
+		w = newWaker()
+		s.wakers[k] = w
+	}
+	return w
+}
+
+// stmt returns query prepared on the database at open (parsing the receive
+// query costs more than running it). Every query the driver runs often is
+// in preparedQueries; preparing lazily could deadlock on the single
+// connection while a transaction holds it.
+func (s *sharedDB) stmt(query string) (*sql.Stmt, error) {
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	return nil, fmt.Errorf("embedded: statement not prepared: %.40s", query)
 }
 
 var (
@@ -221,7 +247,15 @@ func acquireShared(ctx context.Context, key, dsn string, memory bool) (*sharedDB
 		db.Close()
 		return nil, err
 	}
-	s := &sharedDB{key: key, db: db, wake: newWaker(), refs: 1, memory: memory}
+	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[string]*waker{}, stmts: map[string]*sql.Stmt{}}
+	for _, q := range preparedQueries {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			db.Close()
+			return nil, classifyOpen(err)
+		}
+		s.stmts[q] = st
+	}
 	sharedBy[key] = s
 	return s, nil
 }
@@ -237,6 +271,9 @@ func releaseShared(s *sharedDB) error {
 		return nil
 	}
 	delete(sharedBy, s.key)
+	for _, st := range s.stmts {
+		st.Close()
+	}
 	return s.db.Close()
 }
 
@@ -379,6 +416,25 @@ func fromNano(n int64) time.Time {
 	return time.Unix(0, n).UTC()
 }
 
+// txStmt returns query prepared once, bound to tx.
+func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := d.shared.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
+
+const ackSQL = `DELETE FROM sy_messages WHERE seq = ? AND lease_token = ?`
+
+var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL}
+
+const insertSQL = `INSERT INTO sy_messages
+		(ns, lane, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
 // Publish implements broker.Driver.
 func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
 	if d.closed.Load() {
@@ -390,13 +446,10 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		return nil, classify("publish", err)
 	}
 	defer tx.Rollback()
-	ins, err := tx.PrepareContext(ctx, `INSERT INTO sy_messages
-		(ns, lane, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	ins, err := d.txStmt(ctx, tx, insertSQL)
 	if err != nil {
 		return nil, classify("publish", err)
 	}
-	defer ins.Close()
 	now := nowNano()
 	for i, m := range msgs {
 		res[i].ID = m.ID
@@ -433,7 +486,13 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	if err := tx.Commit(); err != nil {
 		return nil, classify("publish", err)
 	}
-	d.wake.broadcast()
+	woken := map[string]bool{}
+	for _, m := range msgs {
+		if !woken[m.Lane] {
+			woken[m.Lane] = true
+			d.wake(m.Lane)
+		}
+	}
 	return res, nil
 }
 
@@ -490,7 +549,7 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 		if d.closed.Load() {
 			return nil, broker.ClosedError("receive")
 		}
-		ch := d.wake.wait()
+		ch := d.shared.waker(d.cfg.Namespace, req.Lane).wait()
 		ds, err := d.receiveOnce(ctx, req)
 		if err != nil || len(ds) > 0 || req.Wait <= 0 {
 			return ds, err
@@ -530,7 +589,11 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 	if req.DeadLetters {
 		q = receiveDeadSQL
 	}
-	rows, err := tx.QueryContext(ctx, q, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
+	st, err := d.txStmt(ctx, tx, q)
+	if err != nil {
+		return nil, classify("receive", err)
+	}
+	rows, err := st.QueryContext(ctx, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
 	if err != nil {
 		return nil, classify("receive", err)
 	}
@@ -642,11 +705,10 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		return classify("ack", err)
 	}
 	defer tx.Rollback()
-	st, err := tx.PrepareContext(ctx, `DELETE FROM sy_messages WHERE seq = ? AND lease_token = ?`)
+	st, err := d.txStmt(ctx, tx, ackSQL)
 	if err != nil {
 		return classify("ack", err)
 	}
-	defer st.Close()
 	var lost []string
 	for _, dv := range ds {
 		h, err := handleOf("ack", dv)
@@ -695,7 +757,7 @@ func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 	err = d.exec(ctx, "nack", dv, `UPDATE sy_messages SET visible_at = ?, lease_token = 0 WHERE seq = ? AND lease_token = ?`,
 		nowNano()+int64(delay), h.seq, h.token)
 	if err == nil && delay <= d.cfg.Poll {
-		d.wake.broadcast()
+		d.wake(dv.Lane)
 	}
 	return err
 }
@@ -710,7 +772,7 @@ func (d *Driver) Release(ctx context.Context, dv *broker.Delivery, delay time.Du
 	err = d.exec(ctx, "release", dv, `UPDATE sy_messages SET visible_at = ?, lease_token = 0, attempts = MAX(attempts - 1, 0) WHERE seq = ? AND lease_token = ?`,
 		nowNano()+int64(delay), h.seq, h.token)
 	if err == nil && delay <= d.cfg.Poll {
-		d.wake.broadcast()
+		d.wake(dv.Lane)
 	}
 	return err
 }
@@ -766,7 +828,7 @@ func (d *Driver) Replay(ctx context.Context, dv *broker.Delivery) error {
 	err = d.exec(ctx, "replay", dv, `UPDATE sy_messages SET dead = 0, attempts = 0, lease_token = 0, visible_at = ?, dead_letter = NULL WHERE seq = ? AND lease_token = ? AND dead = 1`,
 		nowNano(), h.seq, h.token)
 	if err == nil {
-		d.wake.broadcast()
+		d.wake(dv.Lane)
 	}
 	return err
 }
@@ -821,7 +883,7 @@ func (d *Driver) InjectRaw(ctx context.Context, lane string, body []byte) error 
 	now := nowNano()
 	_, err := d.db.ExecContext(ctx, `INSERT INTO sy_messages (ns, lane, id, kind, body, headers, enqueued_at, visible_at) VALUES (?, ?, ?, '', ?, ?, ?, ?)`,
 		d.cfg.Namespace, lane, broker.NewID(), body, body, now, now)
-	d.wake.broadcast()
+	d.wake(lane)
 	return classify("inject", err)
 }
 

@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -26,7 +27,19 @@ const (
 )
 
 // dockerUnavailable returns "" when a Docker engine answers, else why not.
-var dockerUnavailable = func() string {
+var dockerUnavailable = func() (why string) {
+	// testcontainers panics (MustExtractDockerHost) when it finds no Docker
+	// host at all; look first, and never let a probe kill the test binary.
+	if os.Getenv("DOCKER_HOST") == "" {
+		if _, err := os.Stat("/var/run/docker.sock"); err != nil {
+			return "no DOCKER_HOST and no /var/run/docker.sock"
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			why = fmt.Sprintf("no usable Docker engine: %v", r)
+		}
+	}()
 	p, err := testcontainers.NewDockerProvider()
 	if err != nil {
 		return "no Docker client: " + firstLine(err.Error())
