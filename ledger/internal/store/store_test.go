@@ -1,0 +1,62 @@
+package store
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+	"testing/fstest"
+
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
+)
+
+func TestTransition_From(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		from []ledger.State
+		to   ledger.State
+		want []ledger.State
+	}{
+		{nil, ledger.Running, []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait}},
+		{[]ledger.State{ledger.RetryWait, ledger.Completed}, ledger.Running, []ledger.State{ledger.RetryWait}},
+		{[]ledger.State{ledger.Completed}, ledger.Running, nil},
+		{nil, ledger.Queued, []ledger.State{ledger.Running, ledger.RetryWait, ledger.Failed, ledger.Dead, ledger.AwaitingReview}},
+	} {
+		req := ledger.TransitionRequest{ID: "t", From: c.from, To: c.to, Reason: "r"}
+		got, err := Transition("op", &req)
+		if err != nil || !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Transition(from %v to %s) = %v %v, want %v", c.from, c.to, got, err, c.want)
+		}
+	}
+}
+
+func TestErrors(t *testing.T) {
+	t.Parallel()
+	err := Conflict("op", "t1", ledger.Completed, ledger.Running)
+	var ce *ledger.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, ledger.ErrConflict) || !errors.Is(err, broker.ErrPermanent) || ce.Current != ledger.Completed {
+		t.Errorf("Conflict: %v", err)
+	}
+	err = NotFound("op", "task %s", "t1")
+	if !errors.Is(err, ledger.ErrNotFound) || !errors.Is(err, broker.ErrPermanent) || broker.ClassOf(err) != broker.Permanent {
+		t.Errorf("NotFound: %v", err)
+	}
+}
+
+func TestMigrations(t *testing.T) {
+	t.Parallel()
+	ok := fstest.MapFS{"m/0002_b.sql": {Data: []byte("B")}, "m/0001_a.sql": {Data: []byte("A")}, "m/README": {}}
+	ms, err := Migrations(ok, "m")
+	if err != nil || len(ms) != 2 || ms[0].SQL != "A" || ms[1].Version != 2 {
+		t.Fatalf("Migrations: %+v %v", ms, err)
+	}
+	for name, fsys := range map[string]fstest.MapFS{
+		"gap":     {"m/0001_a.sql": {}, "m/0003_c.sql": {}},
+		"badname": {"m/first.sql": {}},
+		"zero":    {"m/0000_a.sql": {}},
+	} {
+		if _, err := Migrations(fsys, "m"); err == nil {
+			t.Errorf("Migrations %s: no error", name)
+		}
+	}
+}

@@ -1,0 +1,82 @@
+// Package postgres is the PostgreSQL ledger store, on
+// github.com/jackc/pgx/v5 (pgxpool).
+//
+// # Opening
+//
+// Import the package and open a DSN with ledger.Open (schemes postgres and
+// postgresql), or call Open with a pgx connection string and *Options:
+//
+//	postgres://user:pass@db.internal:5432/app?sslmode=require&schema=switchyard
+//
+// The ledger's own query parameters, both optional:
+//
+//	schema=name        the schema holding the ledger's tables, created if missing
+//	                   and set as every connection's search_path (1–63 of
+//	                   [a-z0-9_]); default: the server's search_path (public)
+//	dedup_window=24h   how long a broker.DedupStore claim holds
+//
+// pgx's connection parameters (sslmode, sslrootcert, connect_timeout,
+// application_name, target_session_attrs, …) and pool parameters
+// (pool_max_conns, pool_min_conns, pool_max_conn_lifetime, …) pass through.
+// Any other parameter (search_path included: use schema) is an ErrInvalid
+// error, so a typo is never sent to the server as a setting. Passwords
+// never appear in error text.
+//
+// # Schema and migrations
+//
+// The versioned migrations in migrations/NNNN_name.sql are embedded and
+// applied on open in one transaction under a per-schema advisory lock, so
+// processes opening the same schema at once apply each migration once;
+// ledger_schema_version records them. A schema newer than the program is
+// refused. Tables are prefixed ledger_. Tests use a fresh schema each.
+//
+// # Semantics
+//
+// As ledger.Ledger describes, with each operation one statement (its own
+// transaction) wherever possible:
+//
+//   - Create: INSERT … ON CONFLICT DO NOTHING, with the "enqueued" event
+//     inserted by the same statement (a data-modifying CTE); on conflict
+//     the existing task is read by (tenant, key), else by ID.
+//   - Transition: the row is locked only if its state is one of the legal
+//     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,
+//     and the event with the old state appended, all in one statement; a
+//     refused move reads the current state for the ConflictError.
+//   - PutStep, BeginEffect: INSERT … ON CONFLICT DO NOTHING RETURNING, else
+//     read the stored row (first write wins).
+//   - SetEffect: UPDATE … WHERE state <> 'confirmed'.
+//   - Claim: an upsert that replaces only an expired claim.
+//   - Prune: DELETE in batches of 500 chosen with FOR UPDATE SKIP LOCKED;
+//     foreign keys cascade to attempts, steps, effects and events; expired
+//     dedup claims go too.
+//
+// Event sequence numbers are per task and gapless (a counter on the task
+// row, taken under its row lock). List pages by an identity column
+// (creation order; under concurrent inserts a page boundary follows
+// sequence, not commit, order). Times are timestamptz (microseconds).
+//
+// # Errors
+//
+// Every error matches one of broker.ErrTransient, ErrPermanent or
+// ErrUnknownOutcome. SQLSTATEs are classified by a table: connection
+// exceptions (08), insufficient resources (53), serialization failures,
+// deadlocks, cancellations and shutdowns → transient; data and integrity
+// errors (22, 23) → permanent ErrInvalid, except a foreign-key violation,
+// which is ledger.ErrNotFound (the task does not exist); syntax, access
+// and authentication errors (42, 28) and a missing database → permanent;
+// anything else transient. A server that cannot be reached is transient.
+// A write that failed after its request may have reached the server, for
+// a reason other than a server error (a connection dropped mid-statement),
+// is ErrUnknownOutcome. Context errors stay recognisable and are
+// transient. Calls after Close give broker.ErrClosed.
+//
+// # Testing
+//
+//	go test -race ./ledger/postgres/
+//	go test ./ledger/postgres/ -run '^$' -bench . -benchtime 2000x
+//
+// The server comes from testenv.Postgres (SWITCHYARD_POSTGRES_DSN, else
+// postgres://postgres@127.0.0.1:5432/test); without one the tests skip
+// with the reason, or fail under SWITCHYARD_REQUIRE_BROKERS=1. Each test
+// opens a fresh schema and drops it at the end.
+package postgres

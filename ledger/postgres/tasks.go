@@ -1,0 +1,291 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+const taskCols = `id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
+	run_at, deadline, metadata, result, last_error, created_at, updated_at`
+
+func scanTask(r pgx.Row) (*ledger.Task, error) {
+	var (
+		t               ledger.Task
+		state           string
+		runAt, deadline *time.Time
+		meta            []byte
+	)
+	if err := r.Scan(&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &t.Args, &state,
+		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &t.Result, &t.LastError, &t.CreatedAt, &t.UpdatedAt); err != nil {
+		return nil, err
+	}
+	t.State = ledger.State(state)
+	if runAt != nil {
+		t.RunAt = *runAt
+	}
+	if deadline != nil {
+		t.Deadline = *deadline
+	}
+	if len(meta) > 0 {
+		if err := json.Unmarshal(meta, &t.Metadata); err != nil {
+			return nil, err
+		}
+	}
+	return &t, nil
+}
+
+func tsOrNil(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t
+}
+
+// Create implements ledger.Ledger with INSERT … ON CONFLICT DO NOTHING;
+// the task and its "enqueued" event are written by one statement.
+func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
+	const op = "postgres: create"
+	t, err := store.CreateTask(op, in, s.opts.Now())
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, false, err
+	}
+	var meta any
+	if len(t.Metadata) > 0 {
+		b, err := json.Marshal(t.Metadata)
+		if err != nil {
+			return nil, false, store.Invalid(op, "metadata: %v", err)
+		}
+		meta = string(b)
+	}
+	// A conflicting row can vanish between the insert and the lookup (a
+	// prune); try again then.
+	for range 3 {
+		got, err := scanTask(s.pool.QueryRow(ctx, `WITH ins AS (
+				INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, 1)
+				ON CONFLICT DO NOTHING
+				RETURNING `+taskCols+`),
+			ev AS (INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason)
+				SELECT id, 1, created_at, '', state, 'enqueued' FROM ins)
+			SELECT `+taskCols+` FROM ins`,
+			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
+			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt))
+		if err == nil {
+			return got, true, nil
+		}
+		if !isNoRows(err) {
+			return nil, false, classify(op, err, true)
+		}
+		if t.IdempotencyKey != "" {
+			got, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2`, t.Tenant, t.IdempotencyKey))
+			if err == nil {
+				return got, false, nil
+			}
+			if !isNoRows(err) {
+				return nil, false, classify(op, err, false)
+			}
+		}
+		got, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = $1`, t.ID))
+		if err == nil {
+			return got, false, nil
+		}
+		if !isNoRows(err) {
+			return nil, false, classify(op, err, false)
+		}
+	}
+	return nil, false, classify(op, fmt.Errorf("task %s: insert conflicted but no conflicting task was found, three times", t.ID), true)
+}
+
+// Get implements ledger.Ledger.
+func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
+	const op = "postgres: get"
+	if err := store.ID(op, id); err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = $1`, id))
+	if isNoRows(err) {
+		return nil, store.NotFound(op, "task %s", id)
+	}
+	return t, classify(op, err, false)
+}
+
+// GetByKey implements ledger.Ledger.
+func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task, error) {
+	const op = "postgres: get by key"
+	if err := store.Key(op, "idempotency key", key); err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2`, tenant, key))
+	if isNoRows(err) {
+		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
+	}
+	return t, classify(op, err, false)
+}
+
+// transitionSQL is one statement: lock the row if its state is one of $9
+// (and its attempt is below $13 when $13 > 0), update it, append the event with the old state, return the new row.
+const transitionSQL = `WITH cur AS (
+		SELECT id, state AS old_state FROM ledger_tasks
+		WHERE id = $1 AND state = ANY($9::text[]) AND ($13::integer <= 0 OR attempt < $13::integer) FOR UPDATE),
+	u AS (
+		UPDATE ledger_tasks t SET state = $2, updated_at = $3, event_seq = t.event_seq + 1,
+			attempt = CASE WHEN $4::integer > 0 THEN $4::integer ELSE t.attempt END,
+			result = CASE WHEN $5::boolean THEN $6::bytea ELSE t.result END,
+			last_error = COALESCE($7::text, t.last_error),
+			run_at = COALESCE($8::timestamptz, t.run_at)
+		FROM cur WHERE t.id = cur.id
+		RETURNING cur.old_state, t.event_seq, ` + "t.id, t.tenant, t.idem_key, t.kind, t.lane, t.ordering_key, t.args, t.state, t.attempt, t.max_attempts, t.run_at, t.deadline, t.metadata, t.result, t.last_error, t.created_at, t.updated_at" + `),
+	ev AS (
+		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, event_seq, $3, old_state, $2, $10, $11, $12 FROM u)
+	SELECT ` + taskCols + ` FROM u`
+
+// Transition implements ledger.Ledger with a guarded
+// UPDATE … WHERE state = ANY(…) and the event insert in one statement.
+func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
+	const op = "postgres: transition"
+	from, err := store.Transition(op, &req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	fromS := make([]string, len(from))
+	for i, st := range from {
+		fromS[i] = string(st)
+	}
+	var runAt *time.Time
+	if !req.RunAt.IsZero() {
+		runAt = &req.RunAt
+	}
+	result := req.Result
+	if result == nil {
+		result = []byte{}
+	}
+	// When the state changes between the refused update and the look-up,
+	// the move may have become legal: try again (bounded).
+	for range 3 {
+		t, err := scanTask(s.pool.QueryRow(ctx, transitionSQL, req.ID, string(req.To), s.opts.Now(), req.Attempt,
+			req.Result != nil, result, req.LastError, runAt, fromS, req.Reason, req.Detail, req.Actor, req.IfAttemptBelow))
+		if err == nil {
+			return t, nil
+		}
+		if !isNoRows(err) {
+			return nil, classify(op, err, true)
+		}
+		var cur string
+		var attempt int
+		err = s.pool.QueryRow(ctx, `SELECT state, attempt FROM ledger_tasks WHERE id = $1`, req.ID).Scan(&cur, &attempt)
+		if isNoRows(err) {
+			return nil, store.NotFound(op, "task %s", req.ID)
+		}
+		if err != nil {
+			return nil, classify(op, err, false)
+		}
+		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
+			return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
+		}
+	}
+	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the transition", req.ID), true)
+}
+
+func hasState(ss []ledger.State, s ledger.State) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// List implements ledger.Ledger.
+func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, error) {
+	const op = "postgres: list"
+	f, err := store.Filter(op, f)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	states := make([]string, len(f.States))
+	for i, st := range f.States {
+		states[i] = string(st)
+	}
+	var after int64
+	if f.After != "" {
+		err := s.pool.QueryRow(ctx, `SELECT seq FROM ledger_tasks WHERE id = $1`, f.After).Scan(&after)
+		if isNoRows(err) {
+			return nil, store.NotFound(op, "page cursor: task %s (pruned?)", f.After)
+		}
+		if err != nil {
+			return nil, classify(op, err, false)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM ledger_tasks
+		WHERE ($1 = '' OR tenant = $1) AND (cardinality($2::text[]) = 0 OR state = ANY($2::text[]))
+			AND ($3 = '' OR kind = $3) AND ($4 = '' OR lane = $4) AND seq > $5
+		ORDER BY seq LIMIT $6`, f.Tenant, states, f.Kind, f.Lane, after, f.Limit)
+	if err != nil {
+		return nil, classify(op, err, false)
+	}
+	defer rows.Close()
+	var out []*ledger.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, classify(op, err, false)
+		}
+		out = append(out, t)
+	}
+	return out, classify(op, rows.Err(), false)
+}
+
+// pruneBatch bounds how many tasks one prune statement deletes.
+const pruneBatch = 500
+
+// Prune implements ledger.Ledger, in batches that skip rows other
+// transactions hold. It also forgets dedup claims older than the dedup
+// window.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
+	const op = "postgres: prune"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
+	var terms []string
+	for _, st := range store.TerminalStates() {
+		terms = append(terms, string(st))
+	}
+	total := 0
+	for {
+		tag, err := s.pool.Exec(ctx, `DELETE FROM ledger_tasks WHERE id IN (
+			SELECT id FROM ledger_tasks WHERE state = ANY($1::text[]) AND updated_at < $2
+			LIMIT $3 FOR UPDATE SKIP LOCKED)`, terms, before, pruneBatch)
+		if err != nil {
+			return total, classify(op, err, true)
+		}
+		total += int(tag.RowsAffected())
+		if tag.RowsAffected() < pruneBatch {
+			break
+		}
+	}
+	_, err := s.pool.Exec(ctx, `DELETE FROM ledger_dedup WHERE claimed_at < $1`, s.opts.Now().Add(-s.opts.DedupWindow))
+	return total, classify(op, err, true)
+}

@@ -1,0 +1,59 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+// Claim implements broker.DedupStore: it records (lane, tenant, key) → id
+// unless a claim younger than the dedup window holds the key, in which
+// case it returns that claim's id and dup=true. An expired claim is
+// replaced.
+func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
+	const op = "sqlite: dedup claim"
+	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
+		return "", false, err
+	}
+	var (
+		existing string
+		dup      bool
+	)
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.opts.Now()
+		var at int64
+		err := s.txQueryRow(ctx, tx, `SELECT id, claimed_at FROM ledger_dedup WHERE lane = ? AND tenant = ? AND key = ?`,
+			lane, tenant, key).Scan(&existing, &at)
+		if err == nil && at >= now.Add(-s.opts.DedupWindow).UnixNano() {
+			dup = true
+			return nil
+		}
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		existing = ""
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_dedup (lane, tenant, key, id, claimed_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (lane, tenant, key) DO UPDATE SET id = excluded.id, claimed_at = excluded.claimed_at`,
+			lane, tenant, key, id, now.UnixNano())
+		return err
+	})
+	if err != nil {
+		return "", false, err
+	}
+	return existing, dup, nil
+}
+
+// Release implements broker.DedupStore: it forgets the claim when id still
+// holds it.
+func (s *Store) Release(ctx context.Context, lane, tenant, key, id string) error {
+	const op = "sqlite: dedup release"
+	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
+		return err
+	}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_dedup WHERE lane = ? AND tenant = ? AND key = ? AND id = ?`, lane, tenant, key, id)
+		return err
+	})
+}

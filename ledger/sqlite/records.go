@@ -1,0 +1,315 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+// StartAttempt implements ledger.Ledger. Starting an attempt number that
+// is already recorded updates its worker and start time.
+func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
+	const op = "sqlite: start attempt"
+	if err := store.Attempt(op, &a); err != nil {
+		return err
+	}
+	if a.Start.IsZero() {
+		a.Start = s.opts.Now()
+	}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
+			a.TaskID, a.Number, a.Worker, a.Start.UnixNano())
+		if isFK(err) {
+			return store.NotFound(op, "task %s", a.TaskID)
+		}
+		return err
+	})
+}
+
+// FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
+// what StartAttempt recorded.
+func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
+	const op = "sqlite: finish attempt"
+	if err := store.Attempt(op, &a); err != nil {
+		return err
+	}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (task_id, number) DO UPDATE SET
+				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
+				start_at = COALESCE(excluded.start_at, start_at),
+				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
+				error = excluded.error, stack = excluded.stack`,
+			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		if isFK(err) {
+			return store.NotFound(op, "task %s", a.TaskID)
+		}
+		return err
+	})
+}
+
+// Attempts implements ledger.Ledger. An unknown task has no attempts.
+func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, error) {
+	const op = "sqlite: attempts"
+	if err := store.ID(op, taskID); err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.rQuery(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
+		FROM ledger_attempts WHERE task_id = ? ORDER BY number`, taskID)
+	if err != nil {
+		return nil, s.classify(op, err)
+	}
+	defer rows.Close()
+	var out []ledger.Attempt
+	for rows.Next() {
+		a := ledger.Attempt{TaskID: taskID}
+		var start sql.NullInt64
+		var dur int64
+		if err := rows.Scan(&a.Number, &a.Worker, &start, &dur, &a.Outcome, &a.Class, &a.Error, &a.Stack); err != nil {
+			return nil, s.classify(op, err)
+		}
+		a.Start, a.Duration = fromNanos(start), time.Duration(dur)
+		out = append(out, a)
+	}
+	return out, s.classify(op, rows.Err())
+}
+
+// Events implements ledger.Ledger. An unknown task has no events.
+func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
+	const op = "sqlite: events"
+	if err := store.ID(op, taskID); err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.rQuery(ctx, `SELECT seq, at, from_state, to_state, reason, detail, actor
+		FROM ledger_events WHERE task_id = ? ORDER BY seq`, taskID)
+	if err != nil {
+		return nil, s.classify(op, err)
+	}
+	defer rows.Close()
+	var out []ledger.Event
+	for rows.Next() {
+		e := ledger.Event{TaskID: taskID}
+		var at int64
+		var from, to string
+		if err := rows.Scan(&e.Seq, &at, &from, &to, &e.Reason, &e.Detail, &e.Actor); err != nil {
+			return nil, s.classify(op, err)
+		}
+		e.At, e.From, e.To = time.Unix(0, at), ledger.State(from), ledger.State(to)
+		out = append(out, e)
+	}
+	return out, s.classify(op, rows.Err())
+}
+
+// AppendEvent implements ledger.Ledger. e.Seq is assigned; a zero e.At is
+// now.
+func (s *Store) AppendEvent(ctx context.Context, e ledger.Event) error {
+	const op = "sqlite: append event"
+	if err := store.Event(op, &e); err != nil {
+		return err
+	}
+	if e.At.IsZero() {
+		e.At = s.opts.Now()
+	}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		var seq int64
+		err := s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET event_seq = event_seq + 1 WHERE id = ? RETURNING event_seq`, e.TaskID).Scan(&seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.NotFound(op, "task %s", e.TaskID)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, e.TaskID, seq, e.At.UnixNano(), string(e.From), string(e.To), e.Reason, e.Detail, e.Actor)
+		return err
+	})
+}
+
+// GetStep implements ledger.Ledger.
+func (s *Store) GetStep(ctx context.Context, taskID, name string) ([]byte, bool, error) {
+	const op = "sqlite: get step"
+	if err := store.ID(op, taskID); err != nil {
+		return nil, false, err
+	}
+	if err := store.Key(op, "step name", name); err != nil {
+		return nil, false, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, false, err
+	}
+	var out []byte
+	err := s.rQueryRow(ctx, `SELECT output FROM ledger_steps WHERE task_id = ? AND name = ?`, taskID, name).Scan(&out)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, s.classify(op, err)
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	return out, true, nil
+}
+
+// PutStep implements ledger.Ledger. A nil output is stored as empty.
+func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte) ([]byte, error) {
+	const op = "sqlite: put step"
+	if err := store.ID(op, taskID); err != nil {
+		return nil, err
+	}
+	if err := store.Key(op, "step name", name); err != nil {
+		return nil, err
+	}
+	if output == nil {
+		output = []byte{}
+	}
+	var stored []byte
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (task_id, name) DO NOTHING`, taskID, name, output, s.opts.Now().UnixNano())
+		if isFK(err) {
+			return store.NotFound(op, "task %s", taskID)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			stored = output
+			return nil
+		}
+		return s.txQueryRow(ctx, tx, `SELECT output FROM ledger_steps WHERE task_id = ? AND name = ?`, taskID, name).Scan(&stored)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if stored == nil {
+		stored = []byte{}
+	}
+	return stored, nil
+}
+
+const effectCols = `key, state, attempt, result, updated_at`
+
+func scanEffect(taskID string, r scanner) (ledger.Effect, error) {
+	e := ledger.Effect{TaskID: taskID}
+	var state string
+	var at int64
+	if err := r.Scan(&e.Key, &state, &e.Attempt, &e.Result, &at); err != nil {
+		return e, err
+	}
+	e.State, e.UpdatedAt = ledger.EffectState(state), time.Unix(0, at)
+	return e, nil
+}
+
+// BeginEffect implements ledger.Ledger.
+func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int) (ledger.Effect, bool, error) {
+	const op = "sqlite: begin effect"
+	if err := store.ID(op, taskID); err != nil {
+		return ledger.Effect{}, false, err
+	}
+	if err := store.Key(op, "effect key", key); err != nil {
+		return ledger.Effect{}, false, err
+	}
+	if attempt < 0 {
+		return ledger.Effect{}, false, store.Invalid(op, "attempt %d is negative", attempt)
+	}
+	var (
+		e     ledger.Effect
+		begun bool
+	)
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		now := s.opts.Now()
+		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (task_id, key) DO NOTHING`,
+			taskID, key, string(ledger.EffectPending), attempt, now.UnixNano(), now.UnixNano())
+		if isFK(err) {
+			return store.NotFound(op, "task %s", taskID)
+		}
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			e = ledger.Effect{TaskID: taskID, Key: key, State: ledger.EffectPending, Attempt: attempt, UpdatedAt: time.Unix(0, now.UnixNano())}
+			begun = true
+			return nil
+		}
+		e, err = scanEffect(taskID, s.txQueryRow(ctx, tx, `SELECT `+effectCols+` FROM ledger_effects WHERE task_id = ? AND key = ?`, taskID, key))
+		return err
+	})
+	return e, begun, err
+}
+
+// SetEffect implements ledger.Ledger. A nil result keeps the stored one.
+func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.EffectState, result []byte) error {
+	const op = "sqlite: set effect"
+	if err := store.ID(op, taskID); err != nil {
+		return err
+	}
+	if err := store.Key(op, "effect key", key); err != nil {
+		return err
+	}
+	if err := store.EffectState(op, state); err != nil {
+		return err
+	}
+	var res any
+	if result != nil {
+		res = result
+	}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		var cur string
+		err := s.txQueryRow(ctx, tx, `SELECT state FROM ledger_effects WHERE task_id = ? AND key = ?`, taskID, key).Scan(&cur)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.NotFound(op, "effect %q of task %s", key, taskID)
+		}
+		if err != nil {
+			return err
+		}
+		if ledger.EffectState(cur) == ledger.EffectConfirmed {
+			return store.Conflictf(op, "effect %q of task %s is confirmed and never changes", key, taskID)
+		}
+		_, err = s.txExec(ctx, tx, `UPDATE ledger_effects SET state = ?, result = COALESCE(?, result), updated_at = ?
+			WHERE task_id = ? AND key = ?`, string(state), res, s.opts.Now().UnixNano(), taskID, key)
+		return err
+	})
+}
+
+// Effects implements ledger.Ledger, in the order they were begun.
+func (s *Store) Effects(ctx context.Context, taskID string) ([]ledger.Effect, error) {
+	const op = "sqlite: effects"
+	if err := store.ID(op, taskID); err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.rQuery(ctx, `SELECT `+effectCols+` FROM ledger_effects WHERE task_id = ? ORDER BY created_at, key`, taskID)
+	if err != nil {
+		return nil, s.classify(op, err)
+	}
+	defer rows.Close()
+	var out []ledger.Effect
+	for rows.Next() {
+		e, err := scanEffect(taskID, rows)
+		if err != nil {
+			return nil, s.classify(op, err)
+		}
+		out = append(out, e)
+	}
+	return out, s.classify(op, rows.Err())
+}

@@ -1,0 +1,329 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+const taskCols = `id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
+	run_at, deadline, metadata, result, last_error, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(r scanner) (*ledger.Task, error) {
+	var (
+		t                ledger.Task
+		state            string
+		runAt, deadline  sql.NullInt64
+		meta             sql.NullString
+		created, updated int64
+		args, result     []byte
+	)
+	if err := r.Scan(&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &args, &state,
+		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &result, &t.LastError, &created, &updated); err != nil {
+		return nil, err
+	}
+	t.State = ledger.State(state)
+	t.Args, t.Result = args, result
+	t.RunAt, t.Deadline = fromNanos(runAt), fromNanos(deadline)
+	t.CreatedAt, t.UpdatedAt = time.Unix(0, created), time.Unix(0, updated)
+	if meta.Valid && meta.String != "" {
+		if err := json.Unmarshal([]byte(meta.String), &t.Metadata); err != nil {
+			return nil, err
+		}
+	}
+	return &t, nil
+}
+
+func nanos(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64)
+}
+
+func metaJSON(m map[string]string) (any, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+// Create implements ledger.Ledger.
+func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
+	const op = "sqlite: create"
+	now := s.opts.Now()
+	t, err := store.CreateTask(op, in, now)
+	if err != nil {
+		return nil, false, err
+	}
+	meta, err := metaJSON(t.Metadata)
+	if err != nil {
+		return nil, false, store.Invalid(op, "metadata: %v", err)
+	}
+	var existing *ledger.Task
+	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		if t.IdempotencyKey != "" {
+			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ?`, t.Tenant, t.IdempotencyKey))
+			if err == nil {
+				existing = e
+				return nil
+			}
+			if !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+		}
+		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`,
+			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
+			nanos(t.RunAt), nanos(t.Deadline), meta, t.Result, t.LastError, now.UnixNano(), now.UnixNano())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			// The ID is taken: the task was already recorded.
+			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, t.ID))
+			if err != nil {
+				return err
+			}
+			existing = e
+			return nil
+		}
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason) VALUES (?, 1, ?, '', ?, 'enqueued')`,
+			t.ID, now.UnixNano(), string(ledger.Queued))
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	if existing != nil {
+		return existing, false, nil
+	}
+	return t, true, nil
+}
+
+// Get implements ledger.Ledger.
+func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
+	const op = "sqlite: get"
+	if err := store.ID(op, id); err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.NotFound(op, "task %s", id)
+	}
+	return t, s.classify(op, err)
+}
+
+// GetByKey implements ledger.Ledger.
+func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task, error) {
+	const op = "sqlite: get by key"
+	if err := store.Key(op, "idempotency key", key); err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ?`, tenant, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
+	}
+	return t, s.classify(op, err)
+}
+
+// Transition implements ledger.Ledger.
+func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
+	const op = "sqlite: transition"
+	from, err := store.Transition(op, &req)
+	if err != nil {
+		return nil, err
+	}
+	var out *ledger.Task
+	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		var cur string
+		var attempt int
+		err := s.txQueryRow(ctx, tx, `SELECT state, attempt FROM ledger_tasks WHERE id = ?`, req.ID).Scan(&cur, &attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.NotFound(op, "task %s", req.ID)
+		}
+		if err != nil {
+			return err
+		}
+		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
+			return store.Conflict(op, req.ID, ledger.State(cur), req.To)
+		}
+		now := s.opts.Now().UnixNano()
+		var lastErr any
+		if req.LastError != nil {
+			lastErr = *req.LastError
+		}
+		var result any
+		if req.Result != nil {
+			result = req.Result
+		}
+		var runAt any
+		if !req.RunAt.IsZero() {
+			runAt = req.RunAt.UnixNano()
+		}
+		out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET
+				state = ?, updated_at = ?, event_seq = event_seq + 1,
+				attempt = CASE WHEN ? > 0 THEN ? ELSE attempt END,
+				result = CASE WHEN ? THEN ? ELSE result END,
+				last_error = COALESCE(?, last_error),
+				run_at = COALESCE(?, run_at)
+			WHERE id = ? AND state = ?
+			RETURNING `+taskCols,
+			string(req.To), now, req.Attempt, req.Attempt, req.Result != nil, result, lastErr, runAt, req.ID, cur))
+		if err != nil {
+			return err
+		}
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, event_seq, ?, ?, ?, ?, ?, ? FROM ledger_tasks WHERE id = ?`,
+			now, cur, string(req.To), req.Reason, req.Detail, req.Actor, req.ID)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func hasState(ss []ledger.State, s ledger.State) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// List implements ledger.Ledger.
+func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, error) {
+	const op = "sqlite: list"
+	f, err := store.Filter(op, f)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	var (
+		where []string
+		args  []any
+	)
+	if f.Tenant != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, f.Tenant)
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN (?"+strings.Repeat(", ?", len(f.States)-1)+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	if f.Kind != "" {
+		where = append(where, "kind = ?")
+		args = append(args, f.Kind)
+	}
+	if f.Lane != "" {
+		where = append(where, "lane = ?")
+		args = append(args, f.Lane)
+	}
+	if f.After != "" {
+		var seq int64
+		err := s.rQueryRow(ctx, `SELECT seq FROM ledger_tasks WHERE id = ?`, f.After).Scan(&seq)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, store.NotFound(op, "page cursor: task %s (pruned?)", f.After)
+		}
+		if err != nil {
+			return nil, s.classify(op, err)
+		}
+		where = append(where, "seq > ?")
+		args = append(args, seq)
+	}
+	q := `SELECT ` + taskCols + ` FROM ledger_tasks`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY seq LIMIT ?"
+	args = append(args, f.Limit)
+	rows, err := s.rQuery(ctx, q, args...)
+	if err != nil {
+		return nil, s.classify(op, err)
+	}
+	defer rows.Close()
+	var out []*ledger.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, s.classify(op, err)
+		}
+		out = append(out, t)
+	}
+	return out, s.classify(op, rows.Err())
+}
+
+// pruneBatch bounds how many tasks one prune transaction deletes, so the
+// writer is never held for long.
+const pruneBatch = 500
+
+// Prune implements ledger.Ledger. It also forgets dedup claims older than
+// the dedup window.
+func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
+	const op = "sqlite: prune"
+	terms := store.TerminalStates()
+	args := []any{}
+	for _, st := range terms {
+		args = append(args, string(st))
+	}
+	args = append(args, before.UnixNano(), pruneBatch)
+	q := `DELETE FROM ledger_tasks WHERE id IN (SELECT id FROM ledger_tasks WHERE state IN (?` +
+		strings.Repeat(", ?", len(terms)-1) + `) AND updated_at < ? LIMIT ?)`
+	total := 0
+	for {
+		var n int64
+		err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+			res, err := s.txExec(ctx, tx, q, args...)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+		if n < pruneBatch {
+			break
+		}
+	}
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_dedup WHERE claimed_at < ?`, s.opts.Now().Add(-s.opts.DedupWindow).UnixNano())
+		return err
+	})
+	return total, err
+}

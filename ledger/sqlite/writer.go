@@ -1,0 +1,289 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+// The write path. Every write runs on one goroutine that owns the single
+// writer connection. Writes that arrive while a transaction is running
+// are taken together into the next one (group commit): each runs inside
+// its own SAVEPOINT, so a failing write rolls back alone, and one COMMIT
+// (one fsync) makes the whole group durable before any caller hears
+// "done". Serially this costs what one transaction per write costs; under
+// concurrency it divides the fsyncs by the group size.
+//
+// A write's statements run with a background context: a caller whose
+// context ends while its write waits in the queue gets the context error
+// and the write never runs; once the write has started the caller waits
+// for it (bounded by the busy timeout), so a context error always means
+// "not written".
+
+// maxGroup bounds how many writes share one transaction.
+const maxGroup = 128
+
+type writeFn func(ctx context.Context, tx *sql.Tx) error
+
+type writeReq struct {
+	fn    writeFn
+	state atomic.Int32 // reqQueued → reqTaken, or reqQueued → reqAbandoned
+	done  chan error
+}
+
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+// writer is the state only the writer goroutine touches.
+type writer struct {
+	stmts   map[string]*sql.Stmt // prepared on the writer connection
+	unready map[string]bool      // seen inside a transaction; prepared after it
+	group   []*writeReq
+}
+
+// startWriter starts the writer goroutine.
+func (s *Store) startWriter() {
+	s.reqs = make(chan *writeReq)
+	s.stop = make(chan struct{})
+	s.stopped = make(chan struct{})
+	s.wr = &writer{stmts: map[string]*sql.Stmt{}, unready: map[string]bool{}}
+	go s.writeLoop()
+}
+
+func (s *Store) writeLoop() {
+	defer close(s.stopped)
+	for {
+		var first *writeReq
+		select {
+		case first = <-s.reqs:
+		case <-s.stop:
+			return
+		}
+		g := append(s.wr.group[:0], first)
+	gather:
+		for len(g) < maxGroup {
+			select {
+			case r := <-s.reqs:
+				g = append(g, r)
+			default:
+				break gather
+			}
+		}
+		s.runGroup(g)
+		for i := range g {
+			g[i] = nil
+		}
+		s.wr.group = g
+		s.prepareUnready()
+	}
+}
+
+// runGroup runs the writes of g in one transaction and answers each.
+func (s *Store) runGroup(g []*writeReq) {
+	live := g[:0:0]
+	for _, r := range g {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			live = append(live, r)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	s.txns.Add(1)
+	s.writes.Add(int64(len(live)))
+	ctx := context.Background()
+	errs := make([]error, len(live))
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		for _, r := range live {
+			r.done <- err
+		}
+		return
+	}
+	if len(live) == 1 {
+		errs[0] = call(ctx, tx, live[0].fn)
+		if errs[0] != nil {
+			tx.Rollback()
+			live[0].done <- errs[0]
+			return
+		}
+		live[0].done <- tx.Commit()
+		return
+	}
+	for i, r := range live {
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			s.failGroup(tx, live, err)
+			return
+		}
+		errs[i] = call(ctx, tx, r.fn)
+		if errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+				s.failGroup(tx, live, err)
+				return
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+			s.failGroup(tx, live, err)
+			return
+		}
+	}
+	cerr := tx.Commit()
+	for i, r := range live {
+		if errs[i] == nil {
+			errs[i] = cerr
+		}
+		r.done <- errs[i]
+	}
+}
+
+// call runs fn, turning a panic into an error so that the writer
+// goroutine survives it and the transaction is rolled back.
+func call(ctx context.Context, tx *sql.Tx, fn writeFn) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic in a ledger write: %v", p)
+		}
+	}()
+	return fn(ctx, tx)
+}
+
+func (s *Store) failGroup(tx *sql.Tx, live []*writeReq, err error) {
+	tx.Rollback()
+	for _, r := range live {
+		r.done <- err
+	}
+}
+
+// prepareUnready prepares, between transactions, the statements first
+// met inside one (preparing on the single connection while a transaction
+// holds it would deadlock).
+func (s *Store) prepareUnready() {
+	for q := range s.wr.unready {
+		if st, err := s.w.PrepareContext(context.Background(), q); err == nil {
+			s.wr.stmts[q] = st
+		}
+		delete(s.wr.unready, q)
+	}
+}
+
+// txExec runs q in tx, through the writer's prepared statement when there
+// is one. Only write functions (on the writer goroutine) call it.
+func (s *Store) txExec(ctx context.Context, tx *sql.Tx, q string, args ...any) (sql.Result, error) {
+	if s.direct {
+		return tx.ExecContext(ctx, q, args...)
+	}
+	if st := s.wr.stmts[q]; st != nil {
+		return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	s.wr.unready[q] = true
+	return tx.ExecContext(ctx, q, args...)
+}
+
+// txQueryRow is txExec for a query returning one row.
+func (s *Store) txQueryRow(ctx context.Context, tx *sql.Tx, q string, args ...any) *sql.Row {
+	if s.direct {
+		return tx.QueryRowContext(ctx, q, args...)
+	}
+	if st := s.wr.stmts[q]; st != nil {
+		return tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	s.wr.unready[q] = true
+	return tx.QueryRowContext(ctx, q, args...)
+}
+
+// write runs fn in a write transaction on the writer goroutine; see the
+// comment at the top of this file.
+func (s *Store) write(ctx context.Context, op string, fn writeFn) error {
+	if s.closed.Load() {
+		return store.Closed(op)
+	}
+	if err := ctx.Err(); err != nil {
+		return s.classify(op, err)
+	}
+	if s.direct {
+		return s.classify(op, s.writeDirect(ctx, fn))
+	}
+	r := &writeReq{fn: fn, done: make(chan error, 1)}
+	select {
+	case s.reqs <- r:
+	case <-ctx.Done():
+		return s.classify(op, ctx.Err())
+	case <-s.stop:
+		return store.Closed(op)
+	}
+	select {
+	case err := <-r.done:
+		return s.classify(op, err)
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return s.classify(op, ctx.Err())
+		}
+		return s.classify(op, <-r.done)
+	}
+}
+
+// readStmts caches statements prepared on the reader pool.
+type readStmts struct {
+	mu sync.RWMutex
+	m  map[string]*sql.Stmt
+}
+
+func (s *Store) readStmt(ctx context.Context, q string) *sql.Stmt {
+	s.rs.mu.RLock()
+	st := s.rs.m[q]
+	s.rs.mu.RUnlock()
+	if st != nil {
+		return st
+	}
+	st, err := s.r.PrepareContext(ctx, q)
+	if err != nil {
+		return nil
+	}
+	s.rs.mu.Lock()
+	defer s.rs.mu.Unlock()
+	if old := s.rs.m[q]; old != nil {
+		st.Close()
+		return old
+	}
+	s.rs.m[q] = st
+	return st
+}
+
+// rQueryRow runs a read through the reader pool's prepared statement.
+func (s *Store) rQueryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	if st := s.readStmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return s.r.QueryRowContext(ctx, q, args...)
+}
+
+// rQuery is rQueryRow for many rows.
+func (s *Store) rQuery(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	if st := s.readStmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.r.QueryContext(ctx, q, args...)
+}
+
+// writeDirect runs fn in its own transaction on the calling goroutine:
+// the plain pattern, kept only so the benchmark can compare it with group
+// commit (it is not thread-safe with the statement cache, so it runs
+// unprepared).
+func (s *Store) writeDirect(ctx context.Context, fn writeFn) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx, tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
