@@ -1,0 +1,86 @@
+package asynq_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	asynqadapter "github.com/switchyard-dev/switchyard/adapters/asynq"
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/conformance"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
+)
+
+// TestConformance runs the whole suite against the machine's Redis, each
+// case in a namespace of its own. The outage case needs a Redis it may stop,
+// so its harness gets a private, AOF-persistent redis-server instead, with
+// Disrupt stopping and restarting it; the shared Redis is never touched.
+func TestConformance(t *testing.T) {
+	addr := testenv.Redis.Endpoint(t)
+	conformance.Run(t, func(t *testing.T) *conformance.Harness {
+		ns := conformance.Namespace(t)
+		if strings.HasSuffix(t.Name(), "/Outage") {
+			p := startPrivateRedis(t)
+			return &conformance.Harness{
+				URL:       p.url("namespace=" + ns),
+				InjectRaw: injector(p.addr(), ns),
+				Disrupt:   p.disrupt,
+			}
+		}
+		return &conformance.Harness{
+			URL:       "redis://" + addr + "/0?namespace=" + ns,
+			InjectRaw: injector(addr, ns),
+			Cleanup:   func() { cleanupNamespace(addr, ns) },
+		}
+	})
+}
+
+// injector puts body into a lane's queue the way asynq stores a task, as a
+// foreign or corrupt task would arrive.
+func injector(addr, ns string) func(ctx context.Context, lane string, body []byte) error {
+	return func(ctx context.Context, lane string, body []byte) error {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		q := asynqadapter.QueueName(ns, lane)
+		id := broker.NewID()
+		p := "asynq:{" + q + "}:"
+		_, err := c.TxPipelined(ctx, func(pl redis.Pipeliner) error {
+			pl.SAdd(ctx, "asynq:queues", q)
+			pl.HSet(ctx, p+"t:"+id, "msg", body, "state", "pending", "pending_since", time.Now().UnixNano())
+			pl.LPush(ctx, p+"pending", id)
+			return nil
+		})
+		return err
+	}
+}
+
+// cleanupNamespace deletes what a test left under its namespace.
+func cleanupNamespace(addr, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	var cursor uint64
+	for i := 0; i < 1000; i++ {
+		keys, next, err := c.Scan(ctx, cursor, "asynq:{"+ns+":*", 500).Result()
+		if err != nil {
+			return
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+		cursor = next
+		if cursor == 0 {
+			break
+		}
+	}
+	members, _ := c.SMembers(ctx, "asynq:queues").Result()
+	for _, m := range members {
+		if len(m) > len(ns) && m[:len(ns)+1] == ns+":" {
+			c.SRem(ctx, "asynq:queues", m)
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package asynq_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
+)
+
+// privateRedis is a redis-server of the test's own, on a free loopback port
+// and a temporary directory, with AOF persistence, so that tests can stop
+// and restart it. The shared Redis on 6379 is never touched.
+type privateRedis struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	// fsync is the appendfsync policy: "everysec" (Redis's default) or
+	// "always".
+	fsync string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// startPrivateRedis starts the server or skips (fails under
+// SWITCHYARD_REQUIRE_BROKERS=1) when redis-server is not installed.
+func startPrivateRedis(t testing.TB) *privateRedis {
+	return startPrivateRedisFsync(t, "everysec")
+}
+
+func startPrivateRedisFsync(t testing.TB, fsync string) *privateRedis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testenv.RequireBrokers() {
+			t.Fatalf("redis-server is required for the restart and outage tests: %v", err)
+		}
+		t.Skipf("redis-server not on PATH (%v); the restart and outage tests need a private server to stop", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	p := &privateRedis{t: t, bin: bin, dir: t.TempDir(), port: port, fsync: fsync}
+	if err := p.start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.stop() })
+	return p
+}
+
+func (p *privateRedis) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
+
+// url returns a redis:// URL for the server with the query appended.
+func (p *privateRedis) url(query string) string {
+	return "redis://" + p.addr() + "/0?" + query
+}
+
+func (p *privateRedis) start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return nil
+	}
+	cmd := exec.Command(p.bin, "--port", strconv.Itoa(p.port), "--bind", "127.0.0.1",
+		"--appendonly", "yes", "--appendfsync", p.fsync, "--dir", p.dir, "--save", "",
+		"--daemonize", "no", "--logfile", "redis.log")
+	cmd.Dir = p.dir
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	p.cmd = cmd
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := c.Ping(ctx).Err()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(p.dir + "/redis.log")
+			return fmt.Errorf("private redis-server on %d did not answer: %v\n%s", p.port, err, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop shuts the server down gracefully (SIGTERM: the AOF is flushed) and
+// waits for it to exit.
+func (p *privateRedis) stop() error { return p.signal(syscall.SIGTERM) }
+
+// kill stops the server with SIGKILL, as a crash or power loss would:
+// only what the AOF's fsync policy already wrote survives.
+func (p *privateRedis) kill() error { return p.signal(syscall.SIGKILL) }
+
+func (p *privateRedis) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return nil
+	}
+	_ = p.cmd.Process.Signal(sig)
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	p.cmd = nil
+	return nil
+}
+
+// disrupt is a conformance Harness.Disrupt: it stops the server and
+// returns the function that starts it again on the same port and data.
+func (p *privateRedis) disrupt(ctx context.Context) (func(context.Context) error, error) {
+	if err := p.stop(); err != nil {
+		return nil, err
+	}
+	return p.start, nil
+}
+
+// freeze stops the server process with SIGSTOP: connections stay open but
+// nothing answers, the worst case for a client without timeouts. thaw
+// resumes it.
+func (p *privateRedis) freeze() error { return p.sendOnly(syscall.SIGSTOP) }
+
+func (p *privateRedis) thaw() error { return p.sendOnly(syscall.SIGCONT) }
+
+func (p *privateRedis) sendOnly(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("private redis-server is not running")
+	}
+	return p.cmd.Process.Signal(sig)
+}
