@@ -1,0 +1,119 @@
+package nats
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// msgID derives the Nats-Msg-Id of a message with an idempotency key, so
+// that the same (lane, tenant, key) is one message within the stream's
+// duplicate window.
+func msgID(lane, tenant, key string) string {
+	h := sha256.New()
+	for _, s := range []string{lane, tenant, key} {
+		h.Write([]byte(strconv.Itoa(len(s))))
+		h.Write([]byte{':'})
+		h.Write([]byte(s))
+	}
+	return "idem-" + hex.EncodeToString(h.Sum(nil)[:20])
+}
+
+// Publish sends the batch with asynchronous publishes and waits for every
+// acknowledgement. A message whose acknowledgement does not arrive within
+// publish_timeout (or before ctx ends) gets an error matching
+// broker.ErrUnknownOutcome: it may or may not be stored.
+func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
+	if err := d.checkOpen("publish"); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, classify("publish", err)
+	}
+	now := time.Now()
+	res := make([]broker.PublishResult, len(msgs))
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	var lastLane, lastSubj string // batches are usually one lane
+	for i, m := range msgs {
+		res[i].ID = m.ID
+		if m.Lane != lastLane || lastSubj == "" {
+			lastLane, lastSubj = m.Lane, d.names.liveSubj(m.Lane)
+		}
+		nm := &natsgo.Msg{Subject: lastSubj, Data: broker.EncodeEnvelope(m)}
+		if m.IdempotencyKey != "" || m.RunAt.After(now) {
+			nm.Header = natsgo.Header{}
+		}
+		if m.IdempotencyKey != "" {
+			nm.Header.Set(jetstream.MsgIDHeader, msgID(m.Lane, m.Tenant, m.IdempotencyKey))
+		}
+		if m.RunAt.After(now) {
+			nm.Subject = d.names.delayedSubj(m.Lane)
+			nm.Header.Set(headerRunAt, strconv.FormatInt(m.RunAt.UnixNano(), 10))
+		}
+		f, err := d.js.PublishMsgAsync(nm)
+		if err != nil {
+			// Not sent: a definite failure.
+			res[i].Err = classify("publish", err)
+			continue
+		}
+		futs[i] = f
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			if ack.Duplicate {
+				res[i].Duplicate = true
+				res[i].ID = d.idAt(ctx, ack.Sequence)
+			}
+		case err := <-f.Err():
+			res[i].Err = classifyPublishAck("publish", err)
+		case <-ctx.Done():
+			res[i].Err = broker.Wrap("publish", broker.UnknownOutcome, ctx.Err())
+		}
+	}
+	return res, nil
+}
+
+// idAt returns the ID of the message stored at seq in the live stream, or
+// "" when it is gone (consumed, or moved from the delayed subject).
+func (d *Driver) idAt(ctx context.Context, seq uint64) string {
+	raw, err := d.liveStream.GetMsg(ctx, seq)
+	if err != nil {
+		return ""
+	}
+	m, err := broker.DecodeEnvelope(raw.Data)
+	if err != nil {
+		return ""
+	}
+	return m.ID
+}
+
+// publishSync publishes one message and waits for its acknowledgement.
+func (d *Driver) publishSync(ctx context.Context, op string, m *natsgo.Msg) (*jetstream.PubAck, error) {
+	ack, err := d.js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(0))
+	if err != nil {
+		if errors.Is(err, natsgo.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return nil, classify(op, err)
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			return nil, classify(op, err)
+		}
+		if errors.Is(err, natsgo.ErrTimeout) || broker.IsContext(err) {
+			return nil, broker.Wrap(op, broker.UnknownOutcome, err)
+		}
+		return nil, classify(op, err)
+	}
+	return ack, nil
+}
