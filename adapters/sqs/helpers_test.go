@@ -1,0 +1,231 @@
+package sqs_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/switchyard-dev/switchyard/adapters/sqs"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
+)
+
+// TestMain gives the SDK static dummy credentials when none are set: the
+// emulator checks none, and the adapter itself reads whatever the AWS
+// configuration chain provides.
+func TestMain(m *testing.M) {
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
+		os.Setenv("AWS_ACCESS_KEY_ID", "test")
+		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	}
+	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	code := m.Run()
+	testenv.Cleanup()
+	os.Exit(code)
+}
+
+// testURL returns an sqs:// URL for the emulator with a fresh namespace.
+func testURL(endpoint, namespace string, fifo bool, extra string) string {
+	u := "sqs://?region=us-east-1&endpoint=" + url.QueryEscape(endpoint) + "&namespace=" + namespace
+	if fifo {
+		u += "&fifo=true"
+	}
+	return u + extra
+}
+
+func namespace(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, strings.ToLower(t.Name()))
+	if len(name) > 30 {
+		name = name[len(name)-30:]
+	}
+	return "u" + name + hex.EncodeToString(b[:])
+}
+
+func openDriver(t testing.TB, rawURL string) *sqs.Driver {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d, err := sqs.Open(ctx, u)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// injectRaw sends body to the lane's live queue as a foreign producer
+// would. SQS bodies are text: bytes that are not valid SQS text are sent
+// base64-encoded, which is what such a producer would have had to do.
+func injectRaw(rawURL string) func(ctx context.Context, lane string, body []byte) error {
+	return func(ctx context.Context, lane string, body []byte) error {
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return err
+		}
+		d, err := sqs.Open(ctx, u)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		live, _, err := d.QueueURLs(ctx, lane)
+		if err != nil {
+			return err
+		}
+		s := string(body)
+		if !validSQSText(s) {
+			s = base64.StdEncoding.EncodeToString(body)
+		}
+		in := &awssqs.SendMessageInput{QueueUrl: aws.String(live), MessageBody: aws.String(s)}
+		if strings.HasSuffix(live, ".fifo") {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			in.MessageGroupId = aws.String("raw-" + hex.EncodeToString(b[:]))
+			in.MessageDeduplicationId = in.MessageGroupId
+		}
+		_, err = d.Client().SendMessage(ctx, in)
+		return err
+	}
+}
+
+func validSQSText(s string) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !(r == 0x9 || r == 0xA || r == 0xD || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD || r >= 0x10000 && r <= 0x10FFFF) {
+			return false
+		}
+	}
+	return true
+}
+
+// faultProxy is a TCP proxy in front of the emulator that can drop every
+// connection and refuse new ones, then come back on the same port: a
+// network outage without losing the emulator's in-memory state.
+type faultProxy struct {
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  map[net.Conn]bool
+}
+
+func newFaultProxy(t testing.TB, target string) *faultProxy {
+	t.Helper()
+	p := &faultProxy{target: target, conns: map[net.Conn]bool{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(func() { p.down() })
+	return p
+}
+
+func (p *faultProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.pipe(c)
+		}
+	}()
+}
+
+func (p *faultProxy) pipe(c net.Conn) {
+	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.ln == nil {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = true, true
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	cp := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go cp(up, c)
+	go cp(c, up)
+	<-done
+	c.Close()
+	up.Close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	delete(p.conns, up)
+	p.mu.Unlock()
+}
+
+// down closes the listener and every connection.
+func (p *faultProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// up listens again on the same address.
+func (p *faultProxy) up(ctx context.Context) error {
+	for {
+		ln, err := net.Listen("tcp", p.addr)
+		if err == nil {
+			p.serve(ln)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return errors.Join(err, ctx.Err())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func openForCleanup(ctx context.Context, rawURL string) (*sqs.Driver, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return sqs.Open(ctx, u)
+}

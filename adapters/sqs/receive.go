@@ -1,0 +1,295 @@
+package sqs
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// leaseSlack bounds the time between SQS starting a visibility timeout and
+// the response reaching the driver. Reported lease deadlines are this much
+// early at most, never late.
+const leaseSlack = 250 * time.Millisecond
+
+// shortPollGap spaces the short polls that fill a sub-second rest of a
+// receive's wait.
+const shortPollGap = 100 * time.Millisecond
+
+var receiveAttrs = []types.MessageSystemAttributeName{
+	types.MessageSystemAttributeNameApproximateReceiveCount,
+	types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp,
+	types.MessageSystemAttributeNameMessageGroupId,
+}
+
+// Receive long-polls the lane's queue (or its dead-letter queue) with
+// ReceiveMessage, ten messages per call at most, the visibility timeout
+// being the lease rounded up to whole seconds.
+//
+// On live queues it also: dead-letters undecodable bodies with
+// ReasonUndecodable; defers messages whose RunAt is still ahead (FIFO
+// queues have no per-message delay) by setting their visibility to the
+// time left; and, on FIFO queues, holds back all but the first message of
+// a group (see groupTracker).
+func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
+	lq, err := d.lane(ctx, "receive", req.Lane)
+	if err != nil {
+		return nil, err
+	}
+	want := min(max(req.Max, 1), maxBatchSQS)
+	vt := seconds(req.Lease, 1, int32(maxVisibilitySQS/time.Second))
+	queue := lq.url
+	if req.DeadLetters {
+		queue = lq.dlqURL
+	}
+	var out []*broker.Delivery
+	if d.groups != nil && !req.DeadLetters {
+		d.startMover(req.Lane, lq)
+		out = d.takeHeld(ctx, queue, want, vt)
+	}
+	deadline := time.Now().Add(req.Wait)
+	for len(out) == 0 {
+		// Long-poll whole seconds only: a poll must never outlast the
+		// caller's wait (the message it takes would be leased to a caller
+		// that has stopped listening). A sub-second rest is spent in short
+		// polls spaced by shortPollGap.
+		wait := time.Until(deadline).Truncate(time.Second)
+		sent := time.Now()
+		in := &awssqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(queue),
+			MaxNumberOfMessages:         int32(want - len(out)),
+			VisibilityTimeout:           vt,
+			WaitTimeSeconds:             seconds(wait, 0, int32(maxWaitSQS/time.Second)),
+			MessageSystemAttributeNames: receiveAttrs,
+		}
+		if req.DeadLetters {
+			in.MessageAttributeNames = []string{attrDeadLetter}
+		}
+		resp, err := d.client.ReceiveMessage(ctx, in)
+		if err != nil {
+			d.forget(req.Lane, err)
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, classify("receive", err)
+		}
+		now := time.Now()
+		start := now.Add(-leaseSlack)
+		if start.Before(sent) {
+			start = sent
+		}
+		leaseEnd := start.Add(time.Duration(vt) * time.Second)
+		if req.DeadLetters {
+			for _, m := range resp.Messages {
+				out = append(out, d.deadDelivery(req.Lane, queue, m, leaseEnd))
+			}
+		} else {
+			ds, err := d.liveDeliveries(ctx, req.Lane, lq, resp.Messages, leaseEnd, now)
+			out = append(out, ds...)
+			if err != nil && len(out) == 0 {
+				return nil, err
+			}
+		}
+		left := time.Until(deadline)
+		if req.Wait <= 0 || left <= 0 {
+			break
+		}
+		if len(out) == 0 && len(resp.Messages) == 0 && left < time.Second {
+			t := time.NewTimer(min(left, shortPollGap))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nil
+			case <-t.C:
+			}
+		}
+	}
+	return out, nil
+}
+
+// liveDeliveries turns received live messages into deliveries, moving
+// undecodable ones to the dead-letter queue and deferring early ones.
+func (d *Driver) liveDeliveries(ctx context.Context, lane string, lq *laneQueues, msgs []types.Message, leaseEnd, now time.Time) ([]*broker.Delivery, error) {
+	var (
+		out      []*broker.Delivery
+		bad      []badMessage
+		deferred []deferral
+		seen     = map[string]bool{}
+	)
+	for _, sm := range msgs {
+		h := &handle{queue: lq.url, receipt: aws.ToString(sm.ReceiptHandle), lane: lane, sqsID: aws.ToString(sm.MessageId)}
+		m, err := decodeBody(aws.ToString(sm.Body))
+		if err != nil {
+			bad = append(bad, badMessage{h: h, body: aws.ToString(sm.Body), err: err})
+			continue
+		}
+		rc := intAttr(sm.Attributes, types.MessageSystemAttributeNameApproximateReceiveCount, 1)
+		first := intAttr(sm.Attributes, types.MessageSystemAttributeNameApproximateFirstReceiveTimestamp, 0)
+		if !m.RunAt.IsZero() {
+			// A receive before RunAt is a deferral, not an attempt. The
+			// first receive is judged by SQS's own timestamp, later ones
+			// (after a failed deferral) by the local clock.
+			ref := now
+			if rc == 1 && first > 0 {
+				ref = time.UnixMilli(first)
+			}
+			if m.RunAt.After(ref) {
+				deferred = append(deferred, deferral{h: h, left: m.RunAt.Sub(now)})
+				continue
+			}
+		}
+		attempt := rc
+		if !m.RunAt.IsZero() && first > 0 && first < m.RunAt.UnixMilli() {
+			attempt-- // the first receive only deferred it
+		}
+		dv := &broker.Delivery{Message: *m, Attempt: int(max(attempt, 1)), LeaseDeadline: leaseEnd, Handle: h}
+		if d.groups != nil {
+			h.group = sm.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+			fresh := !seen[h.group]
+			seen[h.group] = true
+			if !d.groups.admit(h, dv, fresh) {
+				continue
+			}
+		}
+		out = append(out, dv)
+	}
+	for _, df := range deferred {
+		// Best effort: if it fails, the message comes back after the lease
+		// and is deferred again.
+		_, _ = d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(df.h.queue), ReceiptHandle: aws.String(df.h.receipt),
+			VisibilityTimeout: seconds(df.left, 0, int32(maxVisibilitySQS/time.Second)),
+		})
+	}
+	var err error
+	if len(bad) > 0 {
+		err = d.deadLetterUndecodable(ctx, lq, bad)
+	}
+	return out, err
+}
+
+type badMessage struct {
+	h    *handle
+	body string
+	err  error
+}
+
+type deferral struct {
+	h    *handle
+	left time.Duration
+}
+
+// deadLetterUndecodable moves bodies that are not Switchyard envelopes to
+// the dead-letter queue as they are, with ReasonUndecodable, and deletes
+// them from the live queue. Broker never sees them.
+func (d *Driver) deadLetterUndecodable(ctx context.Context, lq *laneQueues, bad []badMessage) error {
+	var firstErr error
+	for _, b := range bad {
+		dl := &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: b.err.Error(), At: time.Now().UTC()}
+		in := &awssqs.SendMessageInput{QueueUrl: aws.String(lq.dlqURL), MessageBody: aws.String(b.body)}
+		if err := d.attachRecord(in, dl, lq.dlqMax); err != nil {
+			firstErr = cmpErr(firstErr, err)
+			continue
+		}
+		if d.cfg.FIFO {
+			in.MessageGroupId = aws.String(hashID("u#", b.h.sqsID))
+			in.MessageDeduplicationId = aws.String(hashID("d", b.h.receipt))
+		}
+		if _, err := d.client.SendMessage(ctx, in); err != nil {
+			firstErr = cmpErr(firstErr, classify("receive: dead-letter undecodable", err))
+			continue
+		}
+		if _, err := d.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(b.h.queue), ReceiptHandle: aws.String(b.h.receipt)}); err != nil {
+			firstErr = cmpErr(firstErr, classify("receive: dead-letter undecodable", err))
+		}
+	}
+	return firstErr
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// deadDelivery turns a message received from a dead-letter queue into a
+// delivery. Messages without the framework's record were moved by SQS's
+// redrive policy (ReasonDeliveryLimit).
+func (d *Driver) deadDelivery(lane, queue string, sm types.Message, leaseEnd time.Time) *broker.Delivery {
+	body := aws.ToString(sm.Body)
+	h := &handle{queue: queue, receipt: aws.ToString(sm.ReceiptHandle), lane: lane, dead: true, sqsID: aws.ToString(sm.MessageId), raw: body}
+	rc := intAttr(sm.Attributes, types.MessageSystemAttributeNameApproximateReceiveCount, 1)
+	dv := &broker.Delivery{Attempt: int(rc), LeaseDeadline: leaseEnd, Handle: h}
+	m, decErr := decodeBody(body)
+	if decErr == nil {
+		dv.Message = *m
+	} else {
+		dv.Message = broker.Message{ID: h.sqsID, Lane: lane, Body: []byte(body)}
+	}
+	if av, ok := sm.MessageAttributes[attrDeadLetter]; ok && av.StringValue != nil {
+		if dl, err := broker.DecodeDeadLetter([]byte(*av.StringValue)); err == nil {
+			dv.DeadLetter = dl
+		}
+	}
+	if dv.DeadLetter == nil {
+		if decErr != nil {
+			dv.DeadLetter = &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: decErr.Error()}
+		} else {
+			dv.DeadLetter = &broker.DeadLetter{Reason: broker.ReasonDeliveryLimit,
+				Error: fmt.Sprintf("moved to the dead-letter queue by the SQS redrive policy (maxReceiveCount %d)", d.cfg.MaxReceives)}
+		}
+	}
+	if n := len(dv.DeadLetter.Attempts); n > 0 && dv.DeadLetter.Attempts[n-1].Attempt > 0 {
+		dv.Attempt = dv.DeadLetter.Attempts[n-1].Attempt
+	}
+	return dv
+}
+
+// takeHeld hands out held-back FIFO deliveries whose group is free again,
+// renewing their leases first.
+func (d *Driver) takeHeld(ctx context.Context, queue string, want int, vt int32) []*broker.Delivery {
+	var out []*broker.Delivery
+	for len(out) < want {
+		ds := d.groups.ready(queue, want-len(out))
+		if len(ds) == 0 {
+			break
+		}
+		for _, dv := range ds {
+			h := dv.Handle.(*handle)
+			// A held-back message whose lease ran out may already be with
+			// another consumer: give it up.
+			if time.Until(dv.LeaseDeadline) > time.Second {
+				sent := time.Now()
+				_, err := d.client.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{
+					QueueUrl: aws.String(h.queue), ReceiptHandle: aws.String(h.receipt), VisibilityTimeout: vt,
+				})
+				if err == nil {
+					dv.LeaseDeadline = sent.Add(time.Duration(vt) * time.Second)
+					out = append(out, dv)
+					continue
+				}
+			}
+			// Not handed out: free the group and let SQS redeliver the rest.
+			if rest := d.groups.done(h, true); len(rest) > 0 {
+				d.changeVisibility(ctx, rest, 0)
+			}
+		}
+	}
+	return out
+}
+
+func intAttr(attrs map[string]string, name types.MessageSystemAttributeName, def int64) int64 {
+	if v, ok := attrs[string(name)]; ok {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
+	return def
+}
