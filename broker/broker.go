@@ -41,8 +41,11 @@ type Options struct {
 	// 25. Defaults to 25.
 	DefaultMaxAttempts int
 	// Dedup deduplicates idempotency keys for drivers without native
-	// deduplication. Defaults to an in-process store with a 24h window,
-	// which covers one process only; use the ledger's store to cover many.
+	// deduplication, and — when set explicitly — beyond the window of
+	// drivers whose native deduplication expires (SQS FIFO: 5 minutes,
+	// JetStream: its duplicate window). Defaults to an in-process store
+	// with a 24h window, which covers one process only; the ledger's store
+	// covers every process.
 	Dedup DedupStore
 	// Sequencer serialises ordering keys for drivers without native
 	// ordering. Defaults to an in-process sequencer, which covers the
@@ -108,6 +111,12 @@ type Broker struct {
 
 	orderMu sync.Mutex
 	orders  map[*Delivery]orderRef
+
+	// storeDedup: claim keys in Options.Dedup too. True when the broker
+	// has no native dedup, or when a store was configured and the native
+	// window is finite (the store, typically the ledger, then covers the
+	// longer horizon).
+	storeDedup bool
 }
 
 // New wraps d. opts may be nil.
@@ -117,6 +126,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 	}
 	o := opts.WithDefaults()
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}}
+	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
 		b.maxDel = o.MaxDelay
@@ -226,7 +236,7 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 		return p, r, false
 	}
 	p.i = i
-	if m.IdempotencyKey != "" && !b.caps.Dedup {
+	if m.IdempotencyKey != "" && b.storeDedup {
 		existing, dup, err := b.opts.Dedup.Claim(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
 		if err != nil {
 			r.Err = Wrap("publish: dedup", Transient, err)

@@ -52,7 +52,8 @@ func EncodeEnvelope(m *Message) []byte {
 	return append(b, m.Body...)
 }
 
-// DecodeEnvelope decodes bytes made by EncodeEnvelope. Errors match
+// DecodeEnvelope decodes bytes made by EncodeEnvelope. The message's Body
+// aliases b (no copy): do not modify b afterwards. Errors match
 // ErrUndecodable; it never panics on any input.
 func DecodeEnvelope(b []byte) (*Message, error) {
 	if len(b) < 3 || b[0] != 'S' || b[1] != 'Y' {
@@ -88,7 +89,7 @@ func DecodeEnvelope(b []byte) (*Message, error) {
 		return nil, fmt.Errorf("%w: %v", ErrUndecodable, r.err)
 	}
 	if len(r.b) > 0 {
-		m.Body = append([]byte(nil), r.b...)
+		m.Body = r.b[:len(r.b):len(r.b)]
 	}
 	return m, nil
 }

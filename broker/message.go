@@ -2,7 +2,6 @@ package broker
 
 import (
 	"fmt"
-	"regexp"
 	"time"
 )
 
@@ -131,8 +130,6 @@ const (
 	MaxHeaderLen = 4096 // bytes in one header value
 )
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]*$`)
-
 // ValidateName reports whether s is a valid lane or kind name: 1–128
 // characters of letters, digits and "_.:-", not starting with punctuation.
 func ValidateName(what, s string) error {
@@ -142,8 +139,12 @@ func ValidateName(what, s string) error {
 	if len(s) > MaxNameLen {
 		return invalidf("%s is %d bytes, the limit is %d", what, len(s), MaxNameLen)
 	}
-	if !nameRE.MatchString(s) {
-		return invalidf("%s %q has characters outside [A-Za-z0-9_.:-] or starts with punctuation", what, s)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != ':' && c != '-') {
+			return invalidf("%s %q has characters outside [A-Za-z0-9_.:-] or starts with punctuation", what, s)
+		}
 	}
 	return nil
 }

@@ -4,5 +4,8 @@
 package all
 
 import (
+	_ "github.com/switchyard-dev/switchyard/adapters/asynq"    // redis://, rediss://
 	_ "github.com/switchyard-dev/switchyard/adapters/embedded" // embedded://, mem://
+	_ "github.com/switchyard-dev/switchyard/adapters/nats"     // nats://
+	_ "github.com/switchyard-dev/switchyard/adapters/sqs"      // sqs://
 )
