@@ -7,6 +7,8 @@ import (
 
 	"github.com/switchyard-dev/switchyard/adapters/embedded"
 	"github.com/switchyard-dev/switchyard/conformance"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	_ "github.com/switchyard-dev/switchyard/ledger/postgres" // postgres:// ledgers
 )
 
 func TestConformance(t *testing.T) {
@@ -51,6 +53,13 @@ func TestConformanceE2E(t *testing.T) {
 		conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
 			path := filepath.Join(t.TempDir(), "switchyard.db")
 			return &conformance.Harness{URL: "embedded://" + path + "?namespace=" + conformance.Namespace(t)}
+		})
+	})
+	// The same cases with the PostgreSQL ledger.
+	t.Run("postgres-ledger", func(t *testing.T) {
+		conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
+			path := filepath.Join(t.TempDir(), "switchyard.db")
+			return &conformance.Harness{URL: "embedded://" + path + "?namespace=" + conformance.Namespace(t), LedgerDSN: testenv.PostgresLedgerDSN(t)}
 		})
 	})
 	t.Run("reduced", func(t *testing.T) {

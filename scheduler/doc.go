@@ -1,0 +1,48 @@
+// Package scheduler is Switchyard's worker runtime. It knows nothing of
+// which broker it runs on.
+//
+// # What it does
+//
+// One pull loop per lane keeps a small buffer of leased deliveries
+// (Config.Prefetch). A dispatcher gives each free slot to a lane chosen by
+// lanes.Policy from what waits and how long it has waited: reserved slots
+// first, then age-promoted lanes, minimum shares and weights. The handler
+// runs with a context that is cancelled when the task's lease is lost, its
+// timeout or deadline passes, or StopAndCancel is called. A heartbeat
+// extends the leases of every held delivery every Config.Heartbeat (a third
+// of the lease by default).
+//
+// # Handler results
+//
+// nil completes the task. Permanent dead-letters it at once; Cancel ends it;
+// Snooze returns it after a delay without spending an attempt; RetryAfter
+// sets the retry delay; UnknownOutcome retries by policy and marks effects
+// for reconciliation; AwaitApproval parks it in the ledger for a reviewer;
+// any other error retries with exponential backoff and full jitter
+// (RetryPolicy) until the attempt limit, then dead-letters it with
+// ReasonMaxAttempts and the whole attempt history. A panic is recovered and
+// recorded with its stack, and counts as a failed attempt. Arguments that do
+// not decode and kinds with no handler are dead-lettered (undecodable,
+// unknown_kind) without running.
+//
+// # With a ledger
+//
+// Config.Ledger makes delivery twice harmless. Before running, the task is
+// moved to running in the ledger with a guarded compare-and-set: a delivery
+// of a task that already finished is acknowledged without running, and a
+// second delivery of a task running elsewhere is held back unless its
+// attempt number is newer (the earlier holder crashed or lost its lease).
+// Step memoises outputs and Effect records side effects before and after,
+// so a crash retry neither recomputes a finished step nor repeats a
+// confirmed effect; an effect left pending by a crash is reconciled before
+// anything repeats it. The ledger is written before the broker is settled,
+// so a crash between the two leaves a redelivery that the ledger absorbs.
+//
+// # Shutdown
+//
+// Stop stops fetching, returns unstarted deliveries without spending an
+// attempt, and waits for running tasks until its context ends; then it
+// cancels them and returns them the same way. StopAndCancel cancels at
+// once. Both are safe to call twice. No signal handling happens here; that
+// belongs to the program (cmd/switchyard does it).
+package scheduler
