@@ -4,6 +4,7 @@
 //
 //	switchyard demo                  run the AI pipeline demo on the embedded broker
 //	switchyard stats --broker URL    per-lane ready / in flight / delayed / dead / oldest age
+//	switchyard review ls|show|claim|approve|reject   the human-review queue
 //	switchyard bench embedded        throughput of the embedded broker
 //
 // Every command accepts -h for its flags.
@@ -30,6 +31,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
+		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
 		{"bench", "measure throughput (bench embedded)", runBench},
 	}
 }

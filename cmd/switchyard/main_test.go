@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLI_Usage(t *testing.T) {
+	if code, _, errs := runCLI(t); code != 2 || !strings.Contains(errs, "usage") {
+		t.Errorf("no args: code %d, stderr %q", code, errs)
+	}
+	if code, _, errs := runCLI(t, "frobnicate"); code != 2 || !strings.Contains(errs, "unknown command") {
+		t.Errorf("unknown command: code %d, stderr %q", code, errs)
+	}
+}
+
+func TestCLI_Stats(t *testing.T) {
+	dir := t.TempDir()
+	url := "embedded://" + filepath.Join(dir, "q.db")
+	ctx := context.Background()
+	b, err := broker.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Publish(ctx, &broker.Message{Lane: "batch", Kind: "k"}, &broker.Message{Lane: "custom-lane", Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	code, out, errs := runCLI(t, "stats", "--broker", url)
+	if code != 0 || !strings.Contains(out, "custom-lane") || !strings.Contains(out, "interactive") {
+		t.Fatalf("stats: code %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = runCLI(t, "stats", "--broker", url, "--json", "--lanes", "batch")
+	var rows []map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 1 || rows[0]["ready"].(float64) != 1 {
+		t.Fatalf("stats --json: code %d, %q", code, out)
+	}
+	for _, bad := range [][]string{
+		{"stats"},
+		{"stats", "--broker", "nosuch://x"},
+		{"stats", "--broker", url + "?bogus=1"},
+		{"stats", "--broker", url, "--lanes", "bad lane"},
+	} {
+		if code, _, _ := runCLI(t, bad...); code == 0 {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+}
+
+func TestCLI_ReviewBadInput(t *testing.T) {
+	dir := t.TempDir()
+	url := "embedded://" + filepath.Join(dir, "q.db")
+	dsn := "sqlite://" + filepath.Join(dir, "l.db")
+	code, out, _ := runCLI(t, "review", "ls", "--broker", url, "--ledger", dsn, "--json")
+	if code != 0 || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("empty review ls: code %d, %q", code, out)
+	}
+	if code, _, errs := runCLI(t, "review", "approve", "no-such-task", "--broker", url, "--ledger", dsn, "--reviewer", "a"); code != 1 || !strings.Contains(errs, "not found") {
+		t.Errorf("approve unknown id: code %d, %q", code, errs)
+	}
+	if code, _, _ := runCLI(t, "review", "reject", "x", "--broker", url, "--ledger", dsn); code == 0 {
+		t.Error("reject without reviewer succeeded")
+	}
+	if code, _, _ := runCLI(t, "review", "frob", "--broker", url, "--ledger", dsn); code != 2 {
+		t.Error("unknown review subcommand accepted")
+	}
+}
+
+func TestCLI_Demo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes a few seconds; -short skips it")
+	}
+	code, out, errs := runCLI(t, "demo", "--docs", "6", "--interactive", "2", "--quiet", "--seed", "7")
+	if code != 0 || !strings.Contains(out, "0 written twice") || !strings.Contains(out, "permanent_error") {
+		t.Fatalf("demo: code %d\n%s\n%s", code, out, errs)
+	}
+}

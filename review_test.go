@@ -1,0 +1,102 @@
+package switchyard_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/conformance"
+	"github.com/switchyard-dev/switchyard/ledger"
+)
+
+type refundArgs struct {
+	Order  string `json:"order"`
+	Amount int    `json:"amount"`
+}
+
+func (refundArgs) Kind() string { return "billing.refund" }
+
+// TestReview_ApproveAndReject: await → approve → resume with the decision,
+// and await → reject → ended with the reason.
+func TestReview_ApproveAndReject(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer L.Close()
+	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond})
+	var mu sync.Mutex
+	refunded := map[string]string{}
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[refundArgs]) error {
+		if tk.Review == nil {
+			return switchyard.AwaitApproval("refund above the automatic limit", "refund "+tk.Args.Order)
+		}
+		mu.Lock()
+		refunded[tk.Args.Order] = tk.Review.Reviewer + ": " + tk.Review.Note
+		mu.Unlock()
+		return nil
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	a, _ := c.Enqueue(ctx, refundArgs{Order: "A-1", Amount: 900}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	r, _ := c.Enqueue(ctx, refundArgs{Order: "B-2", Amount: 5000}, &switchyard.EnqueueOpts{Lane: "interactive"})
+
+	var items []*switchyard.ReviewItem
+	waitFor(t, 10*time.Second, func() bool {
+		items, err = c.Reviews(ctx, switchyard.ReviewFilter{})
+		return err == nil && len(items) == 2
+	})
+	if items[0].Since.After(items[1].Since) {
+		t.Errorf("reviews not oldest first: %s then %s", items[0].Since, items[1].Since)
+	}
+	it, err := c.Review(ctx, a.ID)
+	if err != nil || it.Reason != "refund above the automatic limit" || it.Action != "refund A-1" || it.Age <= 0 {
+		t.Fatalf("review of %s = %+v, %v", a.ID, it, err)
+	}
+	if err := c.Claim(ctx, a.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Claim(ctx, a.ID, "bob"); err == nil {
+		t.Fatal("bob claimed a review alice holds")
+	}
+	if err := c.Approve(ctx, a.ID, "alice", "customer is right"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Reject(ctx, r.ID, "alice", "above policy"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, a.ID)
+		return err == nil && info.Task.State == ledger.Completed
+	})
+	mu.Lock()
+	if refunded["A-1"] != "alice: customer is right" || refunded["B-2"] != "" {
+		t.Errorf("refunds %v, want only A-1 with alice's note", refunded)
+	}
+	mu.Unlock()
+	info, err := c.Task(ctx, r.ID)
+	if err != nil || info.Task.State != ledger.Rejected || info.Task.LastError != "rejected by alice: above policy" {
+		t.Fatalf("rejected task = %+v, %v", info.Task, err)
+	}
+	if err := c.Approve(ctx, r.ID, "alice", ""); !errors.Is(err, switchyard.ErrNotAwaitingReview) {
+		t.Errorf("approving a rejected task: %v, want ErrNotAwaitingReview", err)
+	}
+	if items, _ := c.Reviews(ctx, switchyard.ReviewFilter{}); len(items) != 0 {
+		t.Errorf("%d reviews left, want 0", len(items))
+	}
+}
