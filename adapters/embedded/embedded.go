@@ -427,7 +427,9 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
 
-const ackSQL = `DELETE FROM sy_messages WHERE seq = ? AND lease_token = ?`
+const ackSQL = `DELETE FROM sy_messages WHERE (seq, lease_token) IN
+	(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
+RETURNING seq`
 
 var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL}
 
@@ -700,33 +702,48 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return classify("ack", err)
-	}
-	defer tx.Rollback()
-	st, err := d.txStmt(ctx, tx, ackSQL)
-	if err != nil {
-		return classify("ack", err)
-	}
-	var lost []string
-	for _, dv := range ds {
+	// One statement for the whole batch: the (seq, token) pairs travel as a
+	// JSON array, so the statement stays prepared whatever the batch size.
+	pairs := make([]byte, 0, 40*len(ds))
+	pairs = append(pairs, '[')
+	want := make(map[int64]string, len(ds))
+	for i, dv := range ds {
 		h, err := handleOf("ack", dv)
 		if err != nil {
 			return err
 		}
-		r, err := st.ExecContext(ctx, h.seq, h.token)
-		if err != nil {
-			return classify("ack", err)
+		if i > 0 {
+			pairs = append(pairs, ',')
 		}
-		if n, _ := r.RowsAffected(); n == 0 {
-			lost = append(lost, dv.ID)
-		}
+		pairs = fmt.Appendf(pairs, "[%d,%d]", h.seq, h.token)
+		want[h.seq] = dv.ID
 	}
-	if err := tx.Commit(); err != nil {
+	pairs = append(pairs, ']')
+	st, err := d.shared.stmt(ackSQL)
+	if err != nil {
 		return classify("ack", err)
 	}
-	if len(lost) > 0 {
+	rows, err := st.QueryContext(ctx, string(pairs))
+	if err != nil {
+		return classify("ack", err)
+	}
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			rows.Close()
+			return classify("ack", err)
+		}
+		delete(want, seq)
+	}
+	if err := rows.Err(); err != nil {
+		return classify("ack", err)
+	}
+	rows.Close()
+	if len(want) > 0 {
+		lost := make([]string, 0, len(want))
+		for _, id := range want {
+			lost = append(lost, id)
+		}
 		return broker.LeaseLostError("ack", strings.Join(lost, ","))
 	}
 	return nil
