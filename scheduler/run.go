@@ -114,7 +114,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		if !s.transition(settle, d.ID, ledger.Completed, "completed", "", 0, result, nil) {
 			return
 		}
-		s.settleErr(d, "ack", s.b.Ack(settle, d))
+		s.acks.ack(settle, d)
 		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultCancel:

@@ -38,6 +38,7 @@ type Scheduler struct {
 	loopWG    sync.WaitGroup
 	stopOnce  sync.Once
 	stopped   chan struct{}
+	acks      *acker
 }
 
 type handlerEntry struct {
@@ -155,6 +156,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.fetchWG.Add(1)
 		go s.fetch(l)
 	}
+	s.acks = newAcker(s)
 	s.loopWG.Add(2)
 	go s.dispatch()
 	go s.heartbeat()
@@ -451,6 +453,7 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
+	s.acks.close()
 	s.mu.Lock()
 	select {
 	case <-s.stopped:
