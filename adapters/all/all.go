@@ -7,5 +7,6 @@ import (
 	_ "github.com/switchyard-dev/switchyard/adapters/asynq"    // redis://, rediss://
 	_ "github.com/switchyard-dev/switchyard/adapters/embedded" // embedded://, mem://
 	_ "github.com/switchyard-dev/switchyard/adapters/nats"     // nats://
+	_ "github.com/switchyard-dev/switchyard/adapters/rabbitmq" // rabbitmq://, amqps://
 	_ "github.com/switchyard-dev/switchyard/adapters/sqs"      // sqs://
 )

@@ -1,0 +1,501 @@
+package rabbitmq
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+var consumerSeq atomic.Uint64
+
+// consumer receives from one queue (a lane's work queue or its dead-letter
+// queue) on a channel of its own. RabbitMQ pushes messages into buf within
+// each consumer tag's prefetch; Receive hands them out as leases.
+//
+// A consumer with credit keeps taking messages from the queue even when no
+// one asks for them, which hides them from other consumers, and every
+// message it holds when its process dies comes back with x-delivery-count
+// raised, as if an attempt had been spent. Cancelling a quorum-queue
+// consumer while RabbitMQ is delivering to it does the same to that
+// message. So:
+//
+//   - a consumer tag is started with the prefetch the waiting Receive
+//     needs (its Max, at most the URL's prefetch), so a caller that holds
+//     what it asked for leaves no credit open;
+//   - when a Receive needs more than the open credit, tags whose credit is
+//     used up (the caller holds all their messages, so nothing is in flight
+//     to them) are cancelled, and a tag with the missing credit is added;
+//     the open credit of all tags never exceeds the URL's prefetch, while
+//     the leases a caller holds are not limited;
+//   - tags no Receive has used for idleRelease are cancelled, and what they
+//     buffered is returned to the queue, republished with its attempt
+//     count and then acked, so that the return spends no attempt.
+type consumer struct {
+	d     *Driver
+	lane  string
+	queue string
+	dead  bool
+
+	opMu sync.Mutex // serialises starting, stopping, idle release and shutdown
+
+	mu        sync.Mutex
+	ch        *amqp.Channel
+	gen       uint64
+	chQos     int                      // prefetch set on ch for the next consumer tag
+	tags      map[string]int           // running consumer tags and their prefetch
+	pumps     map[string]chan struct{} // closed when a tag's pump ends
+	buf       []amqp.Delivery          // pushed by RabbitMQ, not handed out
+	bufBy     map[string]int           // len(buf) per consumer tag
+	out       map[string]int           // handed-out, unsettled deliveries per tag
+	signal    chan struct{}            // cap 1: new deliveries or a state change
+	receivers int
+	idle      *time.Timer
+	leases    map[*lease]struct{}
+	closed    bool
+}
+
+func newConsumer(d *Driver, lane, queue string, dead bool) *consumer {
+	return &consumer{d: d, lane: lane, queue: queue, dead: dead, signal: make(chan struct{}, 1),
+		tags: map[string]int{}, pumps: map[string]chan struct{}{}, bufBy: map[string]int{}, out: map[string]int{}, leases: map[*lease]struct{}{}}
+}
+
+func (c *consumer) ping() {
+	select {
+	case c.signal <- struct{}{}:
+	default:
+	}
+}
+
+// counts returns the messages pushed but not handed out and the live
+// leases.
+func (c *consumer) counts() (buffered, leased int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(len(c.buf)), int64(len(c.leases))
+}
+
+// credit is (c.mu held) how many more messages RabbitMQ may push to the
+// running tags, and how many of them have none left.
+func (c *consumer) credit() (open int, used []string) {
+	for tag, qos := range c.tags {
+		if n := qos - c.out[tag] - c.bufBy[tag]; n > 0 {
+			open += n
+		} else {
+			used = append(used, tag)
+		}
+	}
+	return open, used
+}
+
+// running reports (c.mu held) whether tags are consuming on a live channel.
+func (c *consumer) running() bool {
+	return len(c.tags) > 0 && c.ch != nil && !c.ch.IsClosed()
+}
+
+// channel returns the consumer's channel on the current connection,
+// opening it when needed. Called with opMu held.
+func (c *consumer) channel(ctx context.Context, op string, s *session) (*amqp.Channel, error) {
+	c.mu.Lock()
+	ch, gen := c.ch, c.gen
+	c.mu.Unlock()
+	if ch != nil && gen == s.gen && !ch.IsClosed() {
+		return ch, nil
+	}
+	var nch *amqp.Channel
+	err := rpc(ctx, op, nil, func() error {
+		x, err := s.conn.Channel()
+		nch = x
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	// Deliveries of the old channel died with it: RabbitMQ requeued them.
+	c.ch, c.gen, c.chQos, c.buf = nch, s.gen, 0, nil
+	clear(c.tags)
+	clear(c.bufBy)
+	c.mu.Unlock()
+	return nch, nil
+}
+
+// ensure makes the running tags' open credit cover max messages where the
+// prefetch allows, waiting for the connection up to until.
+func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max int) error {
+	c.mu.Lock()
+	open, used := c.credit()
+	if c.running() && (open >= max || len(c.buf) > 0) {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	s, err := c.d.conn.await(ctx, op, until)
+	if err != nil {
+		return err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	if err := c.declare(ctx, op); err != nil {
+		return err
+	}
+	ch, err := c.channel(ctx, op, s)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return broker.ClosedError(op)
+	}
+	open, used = c.credit()
+	if len(c.buf) > 0 || open >= max {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	// Tags without credit have nothing in flight: cancelling them is safe,
+	// and their deliveries stay valid on the channel.
+	if len(used) > 0 {
+		c.stop(ctx, used)
+	}
+	c.mu.Lock()
+	total := 0
+	for _, q := range c.tags {
+		total += q
+	}
+	open, _ = c.credit()
+	want := min(max-open, c.d.cfg.prefetch-total)
+	c.mu.Unlock()
+	if want <= 0 {
+		return nil
+	}
+	if c.chQos != want {
+		if err := rpc(ctx, op, ch, func() error { return ch.Qos(want, 0, false) }); err != nil {
+			return err
+		}
+		c.chQos = want
+	}
+	tag := "switchyard-" + strconv.FormatUint(consumerSeq.Add(1), 10)
+	var deliveries <-chan amqp.Delivery
+	if err := rpc(ctx, op, ch, func() error {
+		var err error
+		deliveries, err = ch.Consume(c.queue, tag, false, false, false, false, nil)
+		return err
+	}); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	c.mu.Lock()
+	c.tags[tag], c.pumps[tag] = want, done
+	c.mu.Unlock()
+	go c.pump(ch, tag, deliveries, done)
+	return nil
+}
+
+func (c *consumer) declare(ctx context.Context, op string) error {
+	return c.d.declareLane(ctx, op, c.lane)
+}
+
+// pump moves one tag's deliveries from amqp091-go into buf.
+func (c *consumer) pump(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, done chan struct{}) {
+	for dv := range deliveries {
+		c.mu.Lock()
+		if c.ch == ch {
+			c.buf = append(c.buf, dv)
+			c.bufBy[tag]++
+		}
+		c.mu.Unlock()
+		c.ping()
+	}
+	c.mu.Lock()
+	if c.ch == ch {
+		delete(c.tags, tag)
+		if ch.IsClosed() {
+			c.buf = nil
+			clear(c.bufBy)
+		}
+	}
+	delete(c.pumps, tag)
+	c.mu.Unlock()
+	close(done)
+	c.ping()
+}
+
+// receive hands out up to req.Max deliveries, waiting up to req.Wait.
+func (c *consumer) receive(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
+	const op = "rabbitmq: receive"
+	until := time.Now().Add(req.Wait)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, broker.ClosedError(op)
+	}
+	c.receivers++
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
+	defer c.leave()
+
+	var got []amqp.Delivery
+	var ch *amqp.Channel
+	if req.Wait <= 0 {
+		var err error
+		if got, ch, err = c.poll(ctx, op, req.Max); err != nil {
+			return nil, err
+		}
+	}
+	var timer *time.Timer
+	for len(got) == 0 {
+		c.mu.Lock()
+		if n := min(req.Max, len(c.buf)); n > 0 {
+			got = make([]amqp.Delivery, n)
+			copy(got, c.buf)
+			rest := copy(c.buf, c.buf[n:])
+			clear(c.buf[rest:])
+			c.buf = c.buf[:rest]
+			for _, dv := range got {
+				if c.bufBy[dv.ConsumerTag]--; c.bufBy[dv.ConsumerTag] <= 0 {
+					delete(c.bufBy, dv.ConsumerTag)
+				}
+			}
+			ch = c.ch
+			more := len(c.buf) > 0
+			c.mu.Unlock()
+			if more {
+				c.ping() // another waiting Receive can take the rest
+			}
+			break
+		}
+		c.mu.Unlock()
+		if req.Wait <= 0 {
+			return nil, nil
+		}
+		if err := c.ensure(ctx, op, until, req.Max); err != nil {
+			return nil, err
+		}
+		wait := time.Until(until)
+		if wait <= 0 {
+			return nil, nil
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-c.signal:
+		case <-timer.C:
+			return nil, nil
+		case <-ctx.Done():
+			return nil, classify(op, ctx.Err())
+		}
+	}
+	return c.handOut(ctx, ch, got, req.Lease), nil
+}
+
+// poll takes what is ready now without waiting, so that a Wait of 0 needs
+// no consumer: basic.get, after the buffer. Running tags are stopped first,
+// so that nothing is in flight to them while basic.get looks at the queue.
+func (c *consumer) poll(ctx context.Context, op string, max int) ([]amqp.Delivery, *amqp.Channel, error) {
+	s, err := c.d.conn.current(op)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.declare(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	c.opMu.Lock()
+	c.stop(ctx, nil)
+	ch, err := c.channel(ctx, op, s)
+	c.opMu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if len(c.buf) > 0 {
+		c.mu.Unlock()
+		return nil, nil, nil // the loop in receive takes them
+	}
+	c.mu.Unlock()
+	var got []amqp.Delivery
+	for len(got) < max {
+		var dv amqp.Delivery
+		var ok bool
+		if err := rpc(ctx, op, ch, func() error {
+			var err error
+			dv, ok, err = ch.Get(c.queue, false)
+			return err
+		}); err != nil {
+			if len(got) > 0 {
+				break
+			}
+			return nil, nil, err
+		}
+		if !ok {
+			break
+		}
+		got = append(got, dv)
+	}
+	return got, ch, nil
+}
+
+// leave ends one Receive; the last one out arms the idle release.
+//
+// Tags are not cancelled at once: a caller that receives in a loop would
+// pay a cancel and a consume every time, and cancelling a tag with open
+// credit can spend an attempt of a message in flight to it.
+func (c *consumer) leave() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.receivers--
+	if c.receivers > 0 || c.closed || (len(c.tags) == 0 && len(c.buf) == 0) {
+		return
+	}
+	if c.idle == nil {
+		c.idle = time.AfterFunc(c.d.cfg.idleRelease, c.idleRelease)
+	} else {
+		c.idle.Reset(c.d.cfg.idleRelease)
+	}
+}
+
+// idleRelease cancels the tags of a consumer no one has received from for
+// idleRelease and returns what they buffered.
+func (c *consumer) idleRelease() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.mu.Lock()
+	if c.receivers > 0 || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	ch := c.stop(ctx, nil)
+	c.mu.Lock()
+	if c.receivers > 0 {
+		// A Receive arrived meanwhile and takes the buffer.
+		c.mu.Unlock()
+		return
+	}
+	rel := c.buf
+	c.buf = nil
+	clear(c.bufBy)
+	c.mu.Unlock()
+	c.release(ctx, ch, rel)
+}
+
+// stop cancels the given tags, or all of them when tags is nil (opMu held),
+// and waits for their pumps, so that buf holds every message RabbitMQ
+// pushed to them. It returns the channel.
+func (c *consumer) stop(ctx context.Context, tags []string) *amqp.Channel {
+	c.mu.Lock()
+	ch := c.ch
+	if tags == nil {
+		for t := range c.tags {
+			tags = append(tags, t)
+		}
+	}
+	var dones []chan struct{}
+	for _, t := range tags {
+		if d, ok := c.pumps[t]; ok {
+			dones = append(dones, d)
+		}
+		delete(c.tags, t)
+	}
+	c.mu.Unlock()
+	if ch == nil || ch.IsClosed() {
+		return ch
+	}
+	for _, t := range tags {
+		if err := rpc(ctx, "rabbitmq: cancel consumer", ch, func() error { return ch.Cancel(t, false) }); err != nil {
+			return ch
+		}
+	}
+	for _, d := range dones {
+		select {
+		case <-d:
+		case <-ctx.Done():
+			return ch
+		}
+	}
+	return ch
+}
+
+// release returns pushed deliveries that were never handed out. Each is
+// republished with its attempt count and then acked, so that the return
+// does not count as a delivery; if republishing fails it is requeued.
+func (c *consumer) release(ctx context.Context, ch *amqp.Channel, ds []amqp.Delivery) {
+	if len(ds) == 0 || ch == nil || ch.IsClosed() {
+		return
+	}
+	out := make([]outMsg, len(ds))
+	for i, dv := range ds {
+		h := copyHeaders(dv.Headers)
+		if !c.dead {
+			h[hdrPrior] = int64(attemptOf(dv.Headers) - 1)
+		}
+		out[i] = outMsg{queue: c.queue, pub: republishing(dv, h)}
+	}
+	for i, err := range c.d.pub.send(ctx, "rabbitmq: release", out) {
+		if err == nil {
+			_ = ch.Ack(ds[i].DeliveryTag, false)
+		} else {
+			_ = ch.Nack(ds[i].DeliveryTag, false, true)
+		}
+	}
+}
+
+// shutdown stops the consumer and returns its messages: buffered ones at
+// once, leased ones when their lease would have ended.
+func (c *consumer) shutdown(ctx context.Context) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.mu.Lock()
+	c.closed = true
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	c.mu.Unlock()
+	ch := c.stop(ctx, nil)
+	c.mu.Lock()
+	rel := c.buf
+	c.buf = nil
+	clear(c.bufBy)
+	ls := make([]*lease, 0, len(c.leases))
+	for l := range c.leases {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	c.release(ctx, ch, rel)
+	for _, l := range ls {
+		if l.begin("rabbitmq: close") != nil {
+			continue
+		}
+		remaining := time.Until(l.deadline)
+		if c.dead || remaining <= 0 {
+			l.finish(l.ch.Nack(l.tag, false, true) == nil)
+			continue
+		}
+		// Keep the lease's promise: the message reappears when the lease
+		// would have ended, with the next attempt number.
+		h := copyHeaders(l.raw.Headers)
+		h[hdrPrior] = int64(l.attempt)
+		pub := republishing(l.raw, h)
+		q, err := c.d.route(ctx, "rabbitmq: close", c.lane, remaining, &pub)
+		if err == nil {
+			err = c.d.pub.sendOne(ctx, "rabbitmq: close", outMsg{queue: q, pub: pub})
+		}
+		if err == nil {
+			l.finish(l.ch.Ack(l.tag, false) == nil)
+		} else {
+			l.finish(l.ch.Nack(l.tag, false, true) == nil)
+		}
+	}
+}

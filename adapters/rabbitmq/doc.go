@@ -1,0 +1,134 @@
+// Package rabbitmq is the Switchyard adapter for RabbitMQ (3.10 or later),
+// built on github.com/rabbitmq/amqp091-go. Importing it registers the
+// "rabbitmq" and "amqps" URL schemes with broker.Open.
+//
+// # URL
+//
+//	rabbitmq://user:pass@host:5672/vhost?namespace=prod&prefetch=100
+//	amqps://user:pass@host:5671/vhost?namespace=prod&ca_file=/etc/ca.pem
+//
+// The path is the vhost ("" or "/" is "/", "/%2F" is "/" too). Credentials
+// default to guest/guest. They are sent through SASL PLAIN and never appear
+// in errors or logs. Query parameters (an unknown one is ErrInvalid):
+//
+//	namespace        queue-name prefix: queues are switchyard.<ns>.<lane>… (default "default")
+//	tls              true for TLS on a rabbitmq:// URL (amqps:// implies it); default port 5671
+//	ca_file, cert_file, key_file, server_name, tls_insecure_skip_verify   TLS settings
+//	prefetch         most messages RabbitMQ pushes ahead to one consumer (default 100)
+//	confirm_window   most unconfirmed publishes per driver (default 100)
+//	delivery_limit   the work queues' x-delivery-limit (default 100; see below)
+//	heartbeat        AMQP heartbeat (default 10s)
+//	connect_timeout  dial and handshake timeout (default 5s)
+//	confirm_timeout  longest wait for a publish confirm (default 30s)
+//	idle_release     how long a consumer nobody receives from is kept (default 100ms)
+//	max_message_size largest Message.Size accepted (default 16 MiB; keep it
+//	                 below the server's max_message_size)
+//	connection_name  prefix of the connection name shown by the server (default "switchyard")
+//
+// # Topology
+//
+// Per namespace and lane the adapter declares, on first use:
+//
+//   - switchyard.<ns>.<lane>: the work queue, a durable quorum queue with
+//     x-delivery-limit and a dead-letter route to the lane's dead-letter
+//     queue;
+//   - switchyard.<ns>.<lane>.dlq: the dead-letter queue, a durable quorum
+//     queue;
+//   - switchyard.<ns>.<lane>.delay.<N>ms: delay queues, durable classic
+//     queues with no consumer whose expired messages dead-letter back to the
+//     work queue; one per delay bucket (100 ms doubling up to about 29 h).
+//
+// Changing delivery_limit for existing queues fails with a permanent error
+// (RabbitMQ's 406 PRECONDITION_FAILED): delete the queues or keep the value.
+//
+// # Capabilities
+//
+//   - MaxDelay 24h: run-at and nack delays use the delay queues; the
+//     framework holds longer ones. A message waits in the bucket ≥ its delay
+//     with a per-message TTL of exactly its delay, so it never comes back
+//     early. RabbitMQ expires messages only at a queue's head, so one that
+//     queued behind a longer delay of the same bucket can come back late, by
+//     less than the bucket's width (at most its own delay).
+//   - LeaseExtension: yes, enforced by the adapter (see Leases). MaxLease is
+//     0, but RabbitMQ's consumer_timeout (30 min by default) closes a channel
+//     that keeps a delivery unacked longer, whatever the lease: raise it on
+//     the server for longer handlers.
+//   - Dedup: no (Broker's DedupStore covers it). Ordering: no (the
+//     framework's fallback). MaxAttempts: no (Broker dead-letters on
+//     receive); x-delivery-limit is a safety net for a message that crashes
+//     every consumer before Broker can see its attempt number.
+//   - DeadLetterReasons: yes. MaxBatch: none. OldestReadyAge: no.
+//
+// # Delivery semantics
+//
+// Publishing is persistent with publisher confirms and a bounded window: a
+// publish counts as done only after its confirm. A negative confirm is a
+// transient error (not enqueued); a confirm that never arrives (channel
+// closed, confirm_timeout, ctx) is ErrUnknownOutcome.
+//
+// Messages carry the portable fields in broker.EncodeEnvelope's encoding as
+// the body. A body that does not decode is dead-lettered by Receive with
+// ReasonUndecodable and never returned.
+//
+// Receive consumes with manual acks. A consumer tag is started with the
+// prefetch the waiting Receive needs (its Max, at most prefetch), so a
+// process takes from the queue only what it asked for; when a caller holds
+// every message of a tag and asks for more, the tag is cancelled (nothing is
+// in flight to it then) and one with fresh credit is added: prefetch bounds
+// what RabbitMQ pushes ahead, not how many leases a caller may hold. Tags
+// nobody has received from for idle_release are cancelled and the messages
+// they buffered are returned (republished with their attempt count, then
+// acked). Wait 0 uses basic.get.
+//
+// Attempts come from the quorum queue's x-delivery-count plus a header the
+// adapter sets when it republishes (delayed nack, release, close): attempt
+// = prior + x-delivery-count + 1. RabbitMQ raises x-delivery-count on every
+// return, so a message pushed to a consumer that dies before handing it out
+// (or cancelled at the instant RabbitMQ delivers to it) comes back with one
+// attempt more than it was handed out.
+//
+// # Leases
+//
+// RabbitMQ keeps an unacked message with its channel until the channel
+// closes, so the adapter enforces leases: when a lease ends, a timer
+// requeues the message (basic.nack, requeue), which raises its attempt.
+// Ack, Nack, Extend and DeadLetter on a delivery whose lease ended return
+// ErrLeaseLost without touching the channel (a second ack of a delivery tag
+// would close it). Extend moves the timer. Close returns leased messages so
+// that they reappear when their leases would have ended. A process that
+// dies loses its connection, and RabbitMQ requeues its messages at once.
+//
+// # Errors and recovery
+//
+// AMQP reply codes are classified by a table (codeClass); anything else,
+// network errors included, is transient. When the broker closes the
+// connection the adapter reconnects with backoff (50 ms doubling to 5 s);
+// meanwhile calls fail with transient errors (Receive waits up to its Wait
+// for the connection first), deliveries of the lost channels are requeued
+// by RabbitMQ and their Ack returns ErrLeaseLost.
+//
+// # Stats
+//
+// Ready is the work queue's ready count (a passive declare) plus messages
+// this driver buffered and has not handed out; InFlight is this driver's
+// own live leases (RabbitMQ's unacked count cannot be read without the
+// management plugin, and cannot tell leases from prefetch); Delayed is the
+// sum over the delay queues; DeadLettered is the dead-letter queue's count.
+//
+// # Limits of the server
+//
+// Every quorum queue reserves file handles on the server (about three
+// each): a node whose open-files limit is 1,024 stops accepting connections
+// at around 300 quorum queues. Each lane in use costs two (work and
+// dead-letter queue); delay queues are classic and cost none while idle.
+//
+// # Testing
+//
+// Tests use testenv.RabbitMQ (SWITCHYARD_RABBITMQ_URL, else
+// amqp://guest:guest@127.0.0.1:5672/). The reconnect and outage tests also
+// need rabbitmqctl on the same machine; they create a user of their own and
+// close only its connections.
+//
+//	SWITCHYARD_REQUIRE_BROKERS=1 go test ./adapters/rabbitmq/ -count=1
+//	go test ./adapters/rabbitmq/ -run '^$' -bench Throughput -benchtime 1x
+package rabbitmq

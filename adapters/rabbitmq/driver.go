@@ -1,0 +1,363 @@
+package rabbitmq
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+func init() {
+	broker.Register("rabbitmq", open)
+	broker.Register("amqps", open)
+}
+
+// Driver is the RabbitMQ implementation of broker.Driver. Open it through
+// broker.Open or broker.OpenDriver with a rabbitmq:// or amqps:// URL.
+type Driver struct {
+	cfg  *config
+	log  *slog.Logger
+	conn *connManager
+	pub  *publisher
+
+	adminMu  sync.Mutex
+	admin    *amqp.Channel
+	adminGen uint64
+	declared map[string]uint64 // queue name → session generation it was declared on
+
+	consMu    sync.Mutex
+	consumers map[string]*consumer // by queue name
+
+	closed atomic.Bool
+}
+
+var _ broker.Driver = (*Driver)(nil)
+
+func open(ctx context.Context, u *url.URL) (broker.Driver, error) {
+	cfg, err := parseURL(u)
+	if err != nil {
+		return nil, err
+	}
+	return openConfig(ctx, cfg, nil)
+}
+
+// openConfig connects with a parsed configuration. log may be nil
+// (slog.Default()).
+func openConfig(ctx context.Context, cfg *config, log *slog.Logger) (*Driver, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	cm, err := newConnManager(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, log: log, conn: cm, declared: map[string]uint64{}, consumers: map[string]*consumer{}}
+	d.pub = newPublisher(d)
+	return d, nil
+}
+
+// Capabilities reports what RabbitMQ does natively with this adapter.
+func (d *Driver) Capabilities() broker.Capabilities {
+	return broker.Capabilities{
+		MaxDelay:          MaxDelay,
+		LeaseExtension:    true,
+		Dedup:             false,
+		Ordering:          false,
+		DeadLetterReasons: true,
+		MaxAttempts:       false,
+		MaxMessageSize:    d.cfg.maxMessageSize,
+		MaxBatch:          0,
+		OldestReadyAge:    false,
+	}
+}
+
+// withAdmin runs f on the shared administrative channel (declares, passive
+// declares, deletes). Operations on it are serialised. A channel-level error
+// (404, 406) closes the channel on the broker side; it is reopened next time.
+func (d *Driver) withAdmin(ctx context.Context, op string, f func(ch *amqp.Channel) error) error {
+	s, err := d.conn.current(op)
+	if err != nil {
+		return err
+	}
+	d.adminMu.Lock()
+	defer d.adminMu.Unlock()
+	if d.admin == nil || d.adminGen != s.gen || d.admin.IsClosed() {
+		var ch *amqp.Channel
+		if err := rpc(ctx, op, nil, func() error {
+			c, err := s.conn.Channel()
+			ch = c
+			return err
+		}); err != nil {
+			return err
+		}
+		d.admin, d.adminGen = ch, s.gen
+	}
+	ch := d.admin
+	err = rpc(ctx, op, ch, func() error { return f(ch) })
+	if err != nil && ch.IsClosed() {
+		d.admin = nil
+	}
+	return err
+}
+
+// declare declares a durable queue once per connection generation.
+func (d *Driver) declare(ctx context.Context, op, name string, args amqp.Table) error {
+	s, err := d.conn.current(op)
+	if err != nil {
+		return err
+	}
+	d.adminMu.Lock()
+	gen, ok := d.declared[name]
+	d.adminMu.Unlock()
+	if ok && gen == s.gen {
+		return nil
+	}
+	err = d.withAdmin(ctx, op, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclare(name, true, false, false, false, args)
+		return err
+	})
+	if err != nil {
+		if isCode(err, amqp.PreconditionFailed) {
+			return broker.Errorf(op, broker.Permanent, "queue %s exists with other arguments (was it declared with another delivery_limit?): %w", name, err)
+		}
+		return err
+	}
+	d.adminMu.Lock()
+	d.declared[name] = s.gen
+	d.adminMu.Unlock()
+	return nil
+}
+
+// declareLane declares the lane's dead-letter queue and its work queue: a
+// durable quorum queue whose x-delivery-limit dead-letters a message that
+// keeps crashing its consumers.
+func (d *Driver) declareLane(ctx context.Context, op, lane string) error {
+	if err := d.cfg.checkLane(lane); err != nil {
+		return err
+	}
+	dlq := d.cfg.deadQueue(lane)
+	if err := d.declare(ctx, op, dlq, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+		return err
+	}
+	return d.declare(ctx, op, d.cfg.workQueue(lane), amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		"x-delivery-limit":          int64(d.cfg.deliveryLimit),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": dlq,
+		"x-dead-letter-strategy":    "at-most-once",
+	})
+}
+
+// declareDelay declares the lane's delay queue for bucket: a durable classic
+// queue with no consumer whose expired messages dead-letter back to the work
+// queue.
+func (d *Driver) declareDelay(ctx context.Context, op, lane string, bucket time.Duration) (string, error) {
+	if err := d.declareLane(ctx, op, lane); err != nil {
+		return "", err
+	}
+	name := d.cfg.delayQueue(lane, bucket)
+	return name, d.declare(ctx, op, name, amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeClassic,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": d.cfg.workQueue(lane),
+	})
+}
+
+// route returns the queue a message goes to after delay and fills in the
+// per-message TTL when it is delayed.
+func (d *Driver) route(ctx context.Context, op, lane string, delay time.Duration, pub *amqp.Publishing) (string, error) {
+	if delay <= 0 {
+		return d.cfg.workQueue(lane), d.declareLane(ctx, op, lane)
+	}
+	q, err := d.declareDelay(ctx, op, lane, bucketFor(delay))
+	pub.Expiration = expiration(delay)
+	return q, err
+}
+
+// Publish enqueues msgs with publisher confirms; a message with a future
+// RunAt goes to the delay queue of its bucket.
+func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
+	const op = "rabbitmq: publish"
+	if d.closed.Load() {
+		return nil, broker.ClosedError(op)
+	}
+	res := make([]broker.PublishResult, len(msgs))
+	out := make([]outMsg, 0, len(msgs))
+	idx := make([]int, 0, len(msgs))
+	now := time.Now()
+	for i, m := range msgs {
+		res[i].ID = m.ID
+		pub := publishing(m, broker.EncodeEnvelope(m), nil)
+		var delay time.Duration
+		if !m.RunAt.IsZero() {
+			delay = m.RunAt.Sub(now)
+		}
+		q, err := d.route(ctx, op, m.Lane, delay, &pub)
+		if err != nil {
+			if broker.ClassOf(err) != broker.Permanent {
+				return nil, err
+			}
+			res[i].Err = err
+			continue
+		}
+		out = append(out, outMsg{queue: q, pub: pub})
+		idx = append(idx, i)
+	}
+	for j, err := range d.pub.send(ctx, op, out) {
+		res[idx[j]].Err = err
+	}
+	return res, nil
+}
+
+// Receive leases up to req.Max messages from the lane's queue or its
+// dead-letter queue.
+func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
+	const op = "rabbitmq: receive"
+	if d.closed.Load() {
+		return nil, broker.ClosedError(op)
+	}
+	if err := d.cfg.checkLane(req.Lane); err != nil {
+		return nil, err
+	}
+	if req.Max < 1 {
+		req.Max = 1
+	}
+	if req.Lease <= 0 {
+		req.Lease = 30 * time.Second
+	}
+	c, err := d.consumer(req.Lane, req.DeadLetters)
+	if err != nil {
+		return nil, err
+	}
+	return c.receive(ctx, req)
+}
+
+func (d *Driver) consumer(lane string, dead bool) (*consumer, error) {
+	q := d.cfg.workQueue(lane)
+	if dead {
+		q = d.cfg.deadQueue(lane)
+	}
+	d.consMu.Lock()
+	defer d.consMu.Unlock()
+	if d.closed.Load() {
+		return nil, broker.ClosedError("rabbitmq: receive")
+	}
+	c := d.consumers[q]
+	if c == nil {
+		c = newConsumer(d, lane, q, dead)
+		d.consumers[q] = c
+	}
+	return c, nil
+}
+
+// Stats reports the lane's depths: ready messages from a passive declare of
+// the work queue plus those prefetched by this driver and not yet handed
+// out; in-flight from this driver's own leases (RabbitMQ cannot tell other
+// consumers' leases apart from its unacked count); delayed from the delay
+// queues; dead-lettered from the dead-letter queue.
+func (d *Driver) Stats(ctx context.Context, lane string) (broker.Stats, error) {
+	const op = "rabbitmq: stats"
+	if d.closed.Load() {
+		return broker.Stats{}, broker.ClosedError(op)
+	}
+	if err := d.cfg.checkLane(lane); err != nil {
+		return broker.Stats{}, err
+	}
+	st := broker.Stats{Lane: lane}
+	var err error
+	if st.Ready, err = d.count(ctx, op, d.cfg.workQueue(lane)); err != nil {
+		return broker.Stats{}, err
+	}
+	if st.DeadLettered, err = d.count(ctx, op, d.cfg.deadQueue(lane)); err != nil {
+		return broker.Stats{}, err
+	}
+	for _, b := range delayBuckets {
+		n, err := d.count(ctx, op, d.cfg.delayQueue(lane, b))
+		if err != nil {
+			return broker.Stats{}, err
+		}
+		st.Delayed += n
+	}
+	d.consMu.Lock()
+	live, dead := d.consumers[d.cfg.workQueue(lane)], d.consumers[d.cfg.deadQueue(lane)]
+	d.consMu.Unlock()
+	if live != nil {
+		buffered, leased := live.counts()
+		st.Ready += buffered
+		st.InFlight += leased
+	}
+	if dead != nil {
+		buffered, leased := dead.counts()
+		st.DeadLettered += buffered + leased
+	}
+	return st, nil
+}
+
+// count returns the ready messages of a queue, 0 when it does not exist.
+func (d *Driver) count(ctx context.Context, op, name string) (int64, error) {
+	var n int
+	err := d.withAdmin(ctx, op, func(ch *amqp.Channel) error {
+		q, err := ch.QueueDeclarePassive(name, true, false, false, false, nil)
+		n = q.Messages
+		return err
+	})
+	if isCode(err, amqp.NotFound) {
+		return 0, nil
+	}
+	return int64(n), err
+}
+
+// deleteLanes deletes every queue of lanes in the driver's namespace.
+// Tests use it to clean up.
+func (d *Driver) deleteLanes(ctx context.Context, lanes ...string) error {
+	for _, lane := range lanes {
+		names := []string{d.cfg.workQueue(lane), d.cfg.deadQueue(lane)}
+		for _, b := range delayBuckets {
+			names = append(names, d.cfg.delayQueue(lane, b))
+		}
+		for _, n := range names {
+			err := d.withAdmin(ctx, "rabbitmq: delete", func(ch *amqp.Channel) error {
+				_, err := ch.QueueDelete(n, false, false, false)
+				return err
+			})
+			if err != nil && !isCode(err, amqp.NotFound) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close returns prefetched messages and live leases to the broker (a leased
+// message comes back when its lease would have ended) and closes the
+// connection. It is safe to call twice.
+func (d *Driver) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	d.consMu.Lock()
+	cs := make([]*consumer, 0, len(d.consumers))
+	for _, c := range d.consumers {
+		cs = append(cs, c)
+	}
+	d.consMu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	d.conn.close()
+	return nil
+}

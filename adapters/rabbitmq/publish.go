@@ -1,0 +1,197 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// AMQP headers the adapter sets on the messages it publishes. They live in
+// the AMQP header table, not in Message.Headers.
+const (
+	// hdrPrior is the number of deliveries a message had before this copy
+	// was published (a delayed nack, a released prefetch, a closing
+	// consumer's lease). Attempt = prior + x-delivery-count + 1.
+	hdrPrior = "switchyard-prior-attempts"
+	// hdrDeadLetter is the JSON dead-letter record (broker.EncodeDeadLetter)
+	// on messages in a dead-letter queue.
+	hdrDeadLetter = "switchyard-dead-letter"
+	// hdrAttempt is the attempt a message had when it was dead-lettered.
+	hdrAttempt = "switchyard-attempt"
+	// hdrDeliveryCount is set by quorum queues on redeliveries.
+	hdrDeliveryCount = "x-delivery-count"
+
+	contentType = "application/vnd.switchyard.envelope"
+)
+
+// outMsg is one message to publish to a queue.
+type outMsg struct {
+	queue string
+	pub   amqp.Publishing
+}
+
+// publisher owns the confirm-mode channel. Many goroutines publish on it at
+// once; together they keep at most confirmWindow publishes unconfirmed.
+type publisher struct {
+	d   *Driver
+	mu  sync.Mutex
+	ch  *amqp.Channel
+	gen uint64
+	sem chan struct{}
+}
+
+func newPublisher(d *Driver) *publisher {
+	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow)}
+}
+
+// channel returns the confirm channel of the current connection, opening it
+// when needed.
+func (p *publisher) channel(ctx context.Context, op string) (*amqp.Channel, error) {
+	s, err := p.d.conn.current(op)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ch != nil && p.gen == s.gen && !p.ch.IsClosed() {
+		return p.ch, nil
+	}
+	var ch *amqp.Channel
+	err = rpc(ctx, op, nil, func() error {
+		c, err := s.conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := c.Confirm(false); err != nil {
+			c.Close()
+			return err
+		}
+		ch = c
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.ch, p.gen = ch, s.gen
+	return ch, nil
+}
+
+// send publishes msgs and waits for their confirms. It returns one error per
+// message: nil when the broker confirmed it; transient when it was not sent
+// or the broker refused it (negative confirm); unknown outcome when it was
+// sent and no confirm arrived (channel closed, timeout, cancelled ctx).
+func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error {
+	errs := make([]error, len(msgs))
+	ch, err := p.channel(ctx, op)
+	if err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.d.cfg.confirmTimeout)
+	defer cancel()
+	type pending struct {
+		i  int
+		dc *amqp.DeferredConfirmation
+	}
+	pend := make([]pending, 0, min(len(msgs), cap(p.sem)))
+	head := 0
+	wait := func(pd pending) {
+		defer func() { <-p.sem }()
+		select {
+		case <-pd.dc.Done():
+			if pd.dc.Acked() {
+				return
+			}
+			if ch.IsClosed() {
+				errs[pd.i] = broker.Errorf(op, broker.UnknownOutcome, "channel closed before the publish confirm arrived: %w", broker.ErrUnknownOutcome)
+				return
+			}
+			errs[pd.i] = broker.Errorf(op, broker.Transient, "broker refused the message (negative confirm)")
+		case <-cctx.Done():
+			cause := cctx.Err()
+			if ctx.Err() == nil {
+				cause = fmt.Errorf("no publish confirm within %s: %w", p.d.cfg.confirmTimeout, cause)
+			}
+			errs[pd.i] = &broker.Error{Op: op, Class: broker.UnknownOutcome, Err: cause}
+		}
+	}
+	notSent := func(from int, cause error) {
+		for j := from; j < len(msgs); j++ {
+			errs[j] = cause
+		}
+	}
+send:
+	for i := range msgs {
+		for acquired := false; !acquired; {
+			select {
+			case p.sem <- struct{}{}:
+				acquired = true
+				continue
+			default:
+			}
+			if head < len(pend) {
+				wait(pend[head])
+				head++
+				continue
+			}
+			select {
+			case p.sem <- struct{}{}:
+				acquired = true
+			case <-ctx.Done():
+				notSent(i, classify(op, ctx.Err()))
+				break send
+			}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", msgs[i].queue, false, false, msgs[i].pub)
+		if err != nil || dc == nil {
+			<-p.sem
+			if err == nil {
+				err = errors.New("channel is not in confirm mode")
+			}
+			notSent(i, classify(op, err))
+			break
+		}
+		pend = append(pend, pending{i, dc})
+	}
+	for ; head < len(pend); head++ {
+		wait(pend[head])
+	}
+	return errs
+}
+
+// sendOne publishes one message and returns its error.
+func (p *publisher) sendOne(ctx context.Context, op string, m outMsg) error {
+	return p.send(ctx, op, []outMsg{m})[0]
+}
+
+// publishing builds the AMQP message for an encoded envelope.
+func publishing(m *broker.Message, body []byte, headers amqp.Table) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:      headers,
+		ContentType:  contentType,
+		DeliveryMode: amqp.Persistent,
+		MessageId:    m.ID,
+		Type:         m.Kind,
+		Timestamp:    time.Now(),
+		AppId:        "switchyard",
+		Body:         body,
+	}
+}
+
+// expiration formats a delay as a per-message TTL in whole milliseconds,
+// rounded up so that the message never comes back early.
+func expiration(d time.Duration) string {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	if ms < 1 {
+		ms = 1
+	}
+	return fmt.Sprint(int64(ms))
+}
