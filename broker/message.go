@@ -46,7 +46,10 @@ type Message struct {
 type Delivery struct {
 	Message
 	// Attempt is 1 on the first delivery and grows on every redelivery,
-	// whether caused by a nack, an expired lease or a crashed consumer.
+	// whether caused by a nack, an expired lease or a crashed consumer. On
+	// deliveries from a dead-letter queue it is unspecified (drivers report
+	// the last attempt or their broker's count); DeadLetter.Attempts holds
+	// the history.
 	Attempt int
 	// LeaseDeadline is when the lease ends unless extended. After it the
 	// message may be delivered to another consumer.
