@@ -100,3 +100,28 @@ func TestReview_ApproveAndReject(t *testing.T) {
 		t.Errorf("%d reviews left, want 0", len(items))
 	}
 }
+
+// TestServer_Retention: finished tasks older than Config.Retention are
+// pruned from the ledger.
+func TestServer_Retention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer L.Close()
+	b, _ := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
+	defer b.Close()
+	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond,
+		Retention: time.Nanosecond, PruneEvery: 50 * time.Millisecond})
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[refundArgs]) error { return nil }, nil)
+	r, _ := c.Enqueue(ctx, refundArgs{Order: "C-3"}, nil)
+	_ = srv.Start(ctx)
+	defer srv.Stop(ctx)
+	waitFor(t, 10*time.Second, func() bool {
+		_, err := L.Get(ctx, r.ID)
+		return errors.Is(err, ledger.ErrNotFound)
+	})
+}

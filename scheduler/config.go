@@ -41,6 +41,13 @@ type Config struct {
 	// steps are not recomputed and confirmed effects not repeated.
 	// Defaults to nil: broker-level guarantees only.
 	Ledger ledger.Ledger
+	// Retention, with a ledger, prunes tasks that finished (completed,
+	// failed, dead, rejected, cancelled) longer ago than this, with their
+	// attempts, steps, effects and events, checking every PruneEvery.
+	// Defaults to 0: keep everything.
+	Retention time.Duration
+	// PruneEvery is how often Retention is applied. Defaults to 10m.
+	PruneEvery time.Duration
 	// WorkerID names this worker in attempt records. Defaults to
 	// hostname-pid-random.
 	WorkerID string
@@ -78,6 +85,9 @@ func (c *Config) WithDefaults() *Config {
 		o.PollWait = time.Second
 	}
 	o.Retry = o.Retry.WithDefaults()
+	if o.PruneEvery <= 0 {
+		o.PruneEvery = 10 * time.Minute
+	}
 	if o.WorkerID == "" {
 		host, _ := os.Hostname()
 		var b [3]byte

@@ -160,6 +160,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.loopWG.Add(2)
 	go s.dispatch()
 	go s.heartbeat()
+	if s.cfg.Ledger != nil && s.cfg.Retention > 0 {
+		s.loopWG.Add(1)
+		go s.prune()
+	}
 	return nil
 }
 
@@ -364,6 +368,28 @@ func (s *Scheduler) extendAll() {
 		default:
 			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt, Err: err})
 			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
+		}
+	}
+}
+
+// prune applies Config.Retention to the ledger.
+func (s *Scheduler) prune() {
+	defer s.loopWG.Done()
+	t := time.NewTicker(s.cfg.PruneEvery)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		n, err := s.cfg.Ledger.Prune(ctx, s.cfg.Now().Add(-s.cfg.Retention))
+		cancel()
+		if err != nil {
+			s.cfg.Logger.Warn("switchyard: pruning the ledger failed", "error", err)
+		} else if n > 0 {
+			s.cfg.Logger.Info("switchyard: pruned finished tasks", "tasks", n, "retention", s.cfg.Retention)
+		}
+		select {
+		case <-s.stopped:
+			return
+		case <-t.C:
 		}
 	}
 }
