@@ -100,12 +100,17 @@ type ClientConfig struct {
 	// Ledger, when set, records every task at enqueue and deduplicates
 	// idempotency keys for as long as the task is kept. Defaults to nil.
 	Ledger ledger.Ledger
+	// BeforePublish, when set, is called with every message just before
+	// it is published (after validation and ledger recording): the place
+	// to inject trace context into m.Headers. Defaults to nil.
+	BeforePublish func(ctx context.Context, m *broker.Message)
 }
 
 // Client enqueues tasks.
 type Client struct {
-	b *broker.Broker
-	l ledger.Ledger
+	b             *broker.Broker
+	l             ledger.Ledger
+	beforePublish func(ctx context.Context, m *broker.Message)
 }
 
 // NewClient returns a Client publishing through b.
@@ -115,7 +120,7 @@ func NewClient(b *broker.Broker, cfg *ClientConfig) (*Client, error) {
 	}
 	c := &Client{b: b}
 	if cfg != nil {
-		c.l = cfg.Ledger
+		c.l, c.beforePublish = cfg.Ledger, cfg.BeforePublish
 	}
 	return c, nil
 }
@@ -163,12 +168,18 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 				// A second copy is harmless: the ledger runs it once.
 				m.ID = t.ID
 				m.Lane, m.Kind, m.Body = t.Lane, t.Kind, t.Args
+				if c.beforePublish != nil {
+					c.beforePublish(ctx, m)
+				}
 				if _, err := c.b.PublishOne(ctx, m); err != nil {
 					return nil, err
 				}
 			}
 			return &EnqueueResult{ID: t.ID, Duplicate: true}, nil
 		}
+	}
+	if c.beforePublish != nil {
+		c.beforePublish(ctx, m)
 	}
 	r, err := c.b.PublishOne(ctx, m)
 	if err != nil {
@@ -299,6 +310,10 @@ type ServerConfig = scheduler.Config
 // HandlerOpts tune one kind's handling; see scheduler.HandlerOpts.
 type HandlerOpts = scheduler.HandlerOpts
 
+// Middleware wraps handlers; see scheduler.Middleware and
+// ServerConfig.Middleware.
+type Middleware = scheduler.Middleware
+
 // Server runs handlers.
 type Server struct {
 	s *scheduler.Scheduler
@@ -367,6 +382,7 @@ var (
 	RetryAfter     = scheduler.RetryAfter
 	UnknownOutcome = scheduler.UnknownOutcome
 	AwaitApproval  = scheduler.AwaitApproval
+	Budget         = scheduler.Budget
 )
 
 // Step runs fn once per task and memoises its output in the ledger (as

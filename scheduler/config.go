@@ -56,9 +56,16 @@ type Config struct {
 	// Observer, when set, is called (synchronously, keep it fast) for every
 	// task event: for progress displays and metrics.
 	Observer func(Event)
+	// Middleware wraps every handler, outermost first: tracing, metrics,
+	// limits. Each sees the job before the handler and its result after.
+	// Defaults to none.
+	Middleware []Middleware
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
+
+// Middleware wraps a handler.
+type Middleware func(next HandlerFunc) HandlerFunc
 
 // WithDefaults returns a copy of c (which may be nil) with defaults filled.
 func (c *Config) WithDefaults() *Config {

@@ -53,6 +53,16 @@ func UnknownOutcome(err error) error {
 	return &resultError{kind: resultUnknown, err: err}
 }
 
+// Budget stops the task because it crossed a budget (wall clock, calls,
+// tokens, spend): it is dead-lettered at once with reason budget_exceeded
+// and the whole attempt history, without retrying.
+func Budget(err error) error {
+	if err == nil {
+		err = errors.New("budget exceeded")
+	}
+	return &resultError{kind: resultBudget, err: err}
+}
+
 // AwaitApproval parks the task in state awaiting_review until a reviewer
 // approves or rejects it (it needs a ledger). reason says why review is
 // needed; action describes what the handler wants to do, for the reviewer.
@@ -83,10 +93,11 @@ type resultError struct {
 func (e *resultError) Error() string { return e.err.Error() }
 func (e *resultError) Unwrap() error { return e.err }
 
-// IsPermanent reports whether err was marked with Permanent.
+// IsPermanent reports whether err was marked with Permanent or Budget:
+// the runtime will not retry it.
 func IsPermanent(err error) bool {
 	var r *resultError
-	return errors.As(err, &r) && r.kind == resultPermanent
+	return errors.As(err, &r) && (r.kind == resultPermanent || r.kind == resultBudget)
 }
 
 // outcome is what the runtime does with a handler's return.

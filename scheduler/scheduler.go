@@ -124,6 +124,9 @@ func (s *Scheduler) Handle(kind string, fn HandlerFunc, opts *HandlerOpts) error
 	if _, dup := s.handlers[kind]; dup {
 		return broker.Invalidf("scheduler: kind %s registered twice", kind)
 	}
+	for i := len(s.cfg.Middleware) - 1; i >= 0; i-- {
+		fn = s.cfg.Middleware[i](fn)
+	}
 	s.handlers[kind] = handlerEntry{fn: fn, opts: o}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	_ "github.com/rabbitmq/amqp091-go"
 	_ "github.com/redis/go-redis/v9"
 	_ "github.com/robfig/cron/v3"
+	_ "github.com/sony/gobreaker/v2"
 	_ "modernc.org/sqlite"
 	_ "pgregory.net/rapid"
 )
