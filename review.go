@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -142,6 +143,12 @@ func (c *Client) Approve(ctx context.Context, id, reviewer, note string) error {
 	rev, _ := json.Marshal(scheduler.Review{Approved: true, Reviewer: reviewer, Note: note})
 	m := &broker.Message{ID: t.ID, Lane: t.Lane, Kind: t.Kind, Body: t.Args, Tenant: t.Tenant, OrderingKey: t.OrderingKey,
 		MaxAttempts: t.MaxAttempts, Headers: map[string]string{scheduler.HeaderReview: string(rev)}}
+	if t.Attempt > 0 {
+		// Deliveries of the resumed task continue the attempt count, so a
+		// redelivery after a crash is newer than the ledger's record and can
+		// take the task over.
+		m.Headers[broker.HeaderAttemptBase] = strconv.Itoa(t.Attempt)
+	}
 	for k, v := range t.Metadata {
 		m.Headers[metaPrefix+k] = v
 	}
@@ -173,4 +180,52 @@ func (c *Client) Reject(ctx context.Context, id, reviewer, reason string) error 
 		return fmt.Errorf("%w: %v", ErrNotAwaitingReview, err)
 	}
 	return err
+}
+
+// ReplayDead moves up to max dead letters of lane (all, if max <= 0) back
+// to the live lane and returns how many it moved. With a ledger, each task
+// first goes from dead back to queued with a "replayed" event naming actor,
+// so the runtime runs it again (with a fresh attempt budget; the ledger's
+// attempt numbers continue, keeping the history).
+func (c *Client) ReplayDead(ctx context.Context, lane string, max int, actor string) (int, error) {
+	if err := broker.ValidateName("lane", lane); err != nil {
+		return 0, err
+	}
+	if actor == "" {
+		actor = "operator"
+	}
+	n := 0
+	for max <= 0 || n < max {
+		want := 100
+		if max > 0 {
+			want = min(want, max-n)
+		}
+		ds, err := c.b.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: want, Lease: time.Minute, DeadLetters: true})
+		if err != nil {
+			return n, err
+		}
+		if len(ds) == 0 {
+			return n, nil
+		}
+		for _, d := range ds {
+			if c.l != nil {
+				t, err := c.l.Get(ctx, d.ID)
+				switch {
+				case errors.Is(err, ledger.ErrNotFound):
+				case err != nil:
+					return n, err
+				case t.State == ledger.Dead || t.State == ledger.Failed:
+					if _, err := c.l.Transition(ctx, ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Dead, ledger.Failed},
+						To: ledger.Queued, Reason: "replayed", Actor: actor, Attempt: t.Attempt + 1}); err != nil && !errors.Is(err, ledger.ErrConflict) {
+						return n, err
+					}
+				}
+			}
+			if err := c.b.Replay(ctx, d); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }

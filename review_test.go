@@ -125,3 +125,52 @@ func TestServer_Retention(t *testing.T) {
 		return errors.Is(err, ledger.ErrNotFound)
 	})
 }
+
+// TestClient_ReplayDeadWithLedger: a task dead-lettered after its attempts
+// runs again when replayed (the ledger moves it back to queued), with a
+// fresh attempt budget and its history kept.
+func TestClient_ReplayDeadWithLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer L.Close()
+	b, _ := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
+	defer b.Close()
+	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond,
+		Retry: switchyardRetry()})
+	var mu sync.Mutex
+	fixed := false
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[refundArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !fixed {
+			return errors.New("downstream is down")
+		}
+		return nil
+	}, nil)
+	r, _ := c.Enqueue(ctx, refundArgs{Order: "D-4"}, &switchyard.EnqueueOpts{Lane: "batch", MaxAttempts: 2})
+	_ = srv.Start(ctx)
+	defer srv.Stop(ctx)
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, r.ID)
+		return err == nil && info.Task.State == ledger.Dead
+	})
+	mu.Lock()
+	fixed = true
+	mu.Unlock()
+	if n, err := c.ReplayDead(ctx, "batch", 0, "operator:test"); err != nil || n != 1 {
+		t.Fatalf("ReplayDead = %d, %v", n, err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, r.ID)
+		return err == nil && info.Task.State == ledger.Completed
+	})
+	info, _ := c.Task(ctx, r.ID)
+	if len(info.Attempts) != 3 {
+		t.Errorf("%d attempt records, want 3 (two failures, then the replayed success)", len(info.Attempts))
+	}
+}

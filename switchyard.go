@@ -164,8 +164,11 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		}
 		if !created {
 			if t.State == ledger.Queued && t.Attempt == 0 {
-				// Possibly never published: publish again under the same ID.
-				// A second copy is harmless: the ledger runs it once.
+				// Possibly never published (the first Enqueue failed after
+				// recording it): publish again under the same ID. When the
+				// first publish did land, or another process is enqueuing the
+				// same key at this moment, the broker may carry two copies;
+				// that costs a delivery, not a run: the ledger runs it once.
 				m.ID = t.ID
 				m.Lane, m.Kind, m.Body = t.Lane, t.Kind, t.Args
 				if c.beforePublish != nil {
@@ -184,6 +187,11 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 	r, err := c.b.PublishOne(ctx, m)
 	if err != nil {
 		return nil, err
+	}
+	if c.l != nil {
+		// The ledger created this task: it is new, whatever the broker
+		// says (another process's re-publish of it may have landed first).
+		return &EnqueueResult{ID: m.ID}, nil
 	}
 	return &EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}, nil
 }

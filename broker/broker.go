@@ -242,10 +242,12 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 			r.Err = Wrap("publish: dedup", Transient, err)
 			return p, r, false
 		}
-		if dup {
+		if dup && existing != m.ID {
 			return p, PublishResult{ID: existing, Duplicate: true}, false
 		}
-		p.claimed = true
+		// A claim by this very message (a retried publish whose first try
+		// had an unknown outcome) is not a duplicate: send it again.
+		p.claimed = !dup
 	}
 	if m.OrderingKey != "" && !b.caps.Ordering {
 		seq, err := b.opts.Sequencer.Assign(ctx, m.Lane, m.OrderingKey)
@@ -399,12 +401,12 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 					d.RunAt = t
 				}
 			}
-			if key, ok := d.Headers[HeaderHeldKey]; ok {
-				d.IdempotencyKey = key
-			}
 			delete(d.Headers, HeaderHoldUntil)
-			delete(d.Headers, HeaderHeldKey)
 			delete(d.Headers, HeaderRunAt)
+		}
+		if key, ok := d.Headers[HeaderHeldKey]; ok {
+			d.IdempotencyKey = key
+			delete(d.Headers, HeaderHeldKey)
 		}
 		delete(d.Headers, HeaderAttemptBase)
 	}
@@ -451,6 +453,7 @@ func (b *Broker) requeue(ctx context.Context, d *Delivery, delay time.Duration) 
 	if key := d.Headers[HeaderHeldKey]; key != "" {
 		c.Headers[HeaderHeldKey] = key
 	}
+	b.carryOrder(d, c)
 	if err := b.republish(ctx, c); err != nil {
 		return err
 	}
@@ -458,6 +461,20 @@ func (b *Broker) requeue(ctx context.Context, d *Delivery, delay time.Duration) 
 		return Wrap("receive: requeue", Transient, err)
 	}
 	return nil
+}
+
+// carryOrder puts the ordering sequence d acquired back on c, a copy of d
+// about to be re-published, so the copy keeps its place in its key's order.
+func (b *Broker) carryOrder(d *Delivery, c *Message) {
+	if b.caps.Ordering {
+		return
+	}
+	b.orderMu.Lock()
+	r, ok := b.orders[d]
+	b.orderMu.Unlock()
+	if ok {
+		c.Headers[HeaderOrderSeq] = strconv.FormatInt(r.seq, 10)
+	}
 }
 
 func (b *Broker) republish(ctx context.Context, m *Message) error {
@@ -503,6 +520,7 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 	if b.maxDel > 0 && delay > b.maxDel {
 		now := b.opts.Now()
 		c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt, true)
+		b.carryOrder(d, c)
 		if err := b.republish(ctx, c); err != nil {
 			return err
 		}
@@ -608,7 +626,46 @@ func (b *Broker) Replay(ctx context.Context, d *Delivery) error {
 	if d.DeadLetter == nil {
 		return Invalidf("replay: delivery %s is not from a dead-letter queue", d.ID)
 	}
+	if hasHopHeaders(d.Headers) {
+		// It died in the middle of a hold: the stored message carries hop
+		// state (an attempt base, a hold) that a replay must not inherit.
+		// Publish a clean copy, then remove the dead letter.
+		c := d.Message.Clone()
+		if v, ok := c.Headers[HeaderRunAt]; ok {
+			c.RunAt = time.Time{}
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(b.opts.Now()) {
+				c.RunAt = t
+			}
+		}
+		if key := c.Headers[HeaderHeldKey]; key != "" {
+			c.IdempotencyKey = key
+		}
+		for _, h := range []string{HeaderHoldUntil, HeaderAttemptBase, HeaderHeldKey, HeaderRunAt} {
+			delete(c.Headers, h)
+		}
+		// The replayed copy must not be deduplicated against its own key.
+		hold := c.IdempotencyKey
+		if hold != "" {
+			c.Headers[HeaderHeldKey], c.IdempotencyKey = hold, ""
+		}
+		if b.maxDel > 0 && c.RunAt.Sub(b.opts.Now()) > b.maxDel {
+			c = b.holdCopy(c, c.RunAt, b.opts.Now(), 0, false)
+		}
+		if err := b.republish(ctx, c); err != nil {
+			return err
+		}
+		return Wrap("replay", Transient, b.d.Ack(ctx, []*Delivery{d}))
+	}
 	return Wrap("replay", Transient, b.d.Replay(ctx, d))
+}
+
+func hasHopHeaders(h map[string]string) bool {
+	for _, k := range []string{HeaderHoldUntil, HeaderAttemptBase} {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // ReplayDead replays up to max dead letters of lane (all, if max <= 0) and

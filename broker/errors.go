@@ -123,6 +123,15 @@ func Wrap(op string, class Class, err error) error {
 	if errors.As(err, &be) {
 		return err
 	}
+	// An unclassified error that wraps one of our sentinels keeps the
+	// sentinel's class (a driver returning fmt.Errorf("…: %w",
+	// ErrUnknownOutcome), say).
+	for _, s := range []error{ErrUnknownOutcome, ErrPermanent, ErrTooLarge, ErrUnsupported, ErrInvalid, ErrClosed, ErrLeaseLost} {
+		if errors.Is(err, s) {
+			class = ClassOf(err)
+			break
+		}
+	}
 	return &Error{Op: op, Class: class, Err: err}
 }
 

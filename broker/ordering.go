@@ -40,11 +40,20 @@ type Sequencer interface {
 	Release(ctx context.Context, lane, key string, seq int64, done bool) error
 }
 
-// NewMemorySequencer returns an in-process Sequencer. It serialises keys for
-// the consumers of one process only, and keeps a few words of state for
-// every key it has seen.
+// NewMemorySequencer returns an in-process Sequencer. It is exact for a
+// process that both publishes and consumes and keeps running; it keeps a few
+// words of state for every key it has seen.
+//
+// Across processes and restarts it degrades safely rather than stalling: a
+// consumer that meets a key it has never seen adopts the first sequence
+// number it is offered as the key's next; a key whose next number has not
+// shown up for 30 seconds (its message was lost to an unknown-outcome
+// publish, or numbered by a publisher that restarted) skips ahead to the
+// lowest number waiting; and numbers below the key's next run without
+// ordering (GrantLate). Strict ordering across processes needs a durable
+// Sequencer shared by all of them.
 func NewMemorySequencer() Sequencer {
-	return &memSeq{keys: map[[2]string]*seqState{}}
+	return &memSeq{keys: map[[2]string]*seqState{}, stall: 30 * time.Second, now: time.Now}
 }
 
 type seqState struct {
@@ -53,18 +62,21 @@ type seqState struct {
 	done      map[int64]bool
 	running   int64
 	until     time.Time
+	progress  time.Time // the last start or finish
 }
 
 type memSeq struct {
-	mu   sync.Mutex
-	keys map[[2]string]*seqState
+	mu    sync.Mutex
+	keys  map[[2]string]*seqState
+	stall time.Duration
+	now   func() time.Time
 }
 
 func (s *memSeq) state(lane, key string) *seqState {
 	k := [2]string{lane, key}
 	st := s.keys[k]
 	if st == nil {
-		st = &seqState{nextStart: 1, done: map[int64]bool{}}
+		st = &seqState{nextStart: 1, done: map[int64]bool{}, progress: s.now()}
 		s.keys[k] = st
 	}
 	return st
@@ -81,16 +93,27 @@ func (s *memSeq) Assign(_ context.Context, lane, key string) (int64, error) {
 func (s *memSeq) Acquire(_ context.Context, lane, key string, seq int64, until time.Time) (Grant, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := s.state(lane, key)
+	now := s.now()
+	st, known := s.keys[[2]string{lane, key}]
+	if !known {
+		// Numbered by another process (or before a restart): adopt.
+		st = s.state(lane, key)
+		st.nextStart = seq
+	}
+	if seq > st.nextStart && st.running == 0 && now.Sub(st.progress) > s.stall {
+		// The next number has not shown up for a long time: skip ahead
+		// rather than hold the key forever.
+		st.nextStart = seq
+	}
 	switch {
 	case seq < st.nextStart || st.done[seq]:
 		return GrantLate, nil
 	case seq != st.nextStart:
 		return GrantWait, nil
-	case st.running != 0 && st.running != seq && time.Now().Before(st.until):
+	case st.running != 0 && st.running != seq && now.Before(st.until):
 		return GrantWait, nil
 	}
-	st.running, st.until = seq, until
+	st.running, st.until, st.progress = seq, until, now
 	return GrantRun, nil
 }
 
@@ -105,6 +128,7 @@ func (s *memSeq) Release(_ context.Context, lane, key string, seq int64, done bo
 	if st.running == seq {
 		st.running = 0
 	}
+	st.progress = s.now()
 	if done && seq >= st.nextStart {
 		st.done[seq] = true
 		for st.done[st.nextStart] {

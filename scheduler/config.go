@@ -30,7 +30,10 @@ type Config struct {
 	// Lease/3, so a lease survives two missed heartbeats.
 	Heartbeat time.Duration
 	// Prefetch is how many tasks per lane are received ahead of a free
-	// slot, so the lane policy can see what waits. Defaults to 2.
+	// slot, so the lane policy can see what waits (their leases are
+	// extended while they wait). Too small a buffer lets a lane look idle
+	// between receives under load, and the policy then gives its shared
+	// slots away. Defaults to Slots.
 	Prefetch int
 	// PollWait is how long one receive waits for work. Defaults to 1s.
 	PollWait time.Duration
@@ -86,7 +89,7 @@ func (c *Config) WithDefaults() *Config {
 		o.Heartbeat = o.Lease / 3
 	}
 	if o.Prefetch <= 0 {
-		o.Prefetch = 2
+		o.Prefetch = o.Slots
 	}
 	if o.PollWait <= 0 {
 		o.PollWait = time.Second

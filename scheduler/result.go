@@ -93,6 +93,11 @@ type resultError struct {
 func (e *resultError) Error() string { return e.err.Error() }
 func (e *resultError) Unwrap() error { return e.err }
 
+// ResultClass names how the runtime will treat a handler's error: "" for
+// success, "transient", "permanent", "cancel", "snooze", "unknown_outcome",
+// "await_review" or "budget". Middleware uses it to label outcomes.
+func ResultClass(err error) string { return classifyResult(err).class() }
+
 // IsPermanent reports whether err was marked with Permanent or Budget:
 // the runtime will not retry it.
 func IsPermanent(err error) bool {

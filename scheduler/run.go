@@ -96,7 +96,9 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		att.Outcome = "lease_lost"
 		s.finishAttempt(settle, att)
 		return
-	case errors.Is(cause, errShutdown):
+	case errors.Is(cause, errShutdown) && !out.ok && broker.IsContext(out.err):
+		// Interrupted by shutdown (a handler that finished anyway is
+		// settled normally below).
 		att.Outcome, att.Class = "returned", ""
 		s.finishAttempt(settle, att)
 		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", 0, nil, nil)
@@ -168,14 +170,17 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			att.Outcome = "panic"
 		}
 		s.finishAttempt(settle, att)
-		if attempt >= job.MaxAttempts {
+		// The budget counts deliveries since enqueue (or replay): the
+		// broker's count. The ledger's attempt numbers keep growing across
+		// replays, for the history.
+		if d.Attempt >= job.MaxAttempts {
 			s.dead(settle, d, &att, broker.ReasonMaxAttempts,
-				fmt.Sprintf("attempt %d of %d failed: %v", attempt, job.MaxAttempts, out.err), nil)
+				fmt.Sprintf("attempt %d of %d failed: %v", d.Attempt, job.MaxAttempts, out.err), nil)
 			return
 		}
 		delay := out.delay
 		if delay <= 0 {
-			delay = s.policyFor(h).Backoff(attempt)
+			delay = s.policyFor(h).Backoff(d.Attempt)
 		}
 		msg := out.err.Error()
 		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, s.cfg.Now().Add(delay), &msg)
@@ -231,8 +236,8 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 	if errors.Is(err, ledger.ErrNotFound) {
 		// Published without a ledger record (by another tool, or a client
 		// without a ledger): record it now.
-		t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, Kind: d.Kind, Lane: d.Lane, OrderingKey: d.OrderingKey,
-			Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
+		t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: d.Lane,
+			OrderingKey: d.OrderingKey, Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
 		if err == nil && t.ID != d.ID {
 			// Its idempotency key belongs to another task: this delivery is
 			// a duplicate of that one.
@@ -290,6 +295,11 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 		return nil, 0, false
 	}
 	if err := L.StartAttempt(ctx, ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: time.Now()}); err != nil {
+		// Undo the move to running, or the returned delivery (whose
+		// attempt does not grow) would find the task "running elsewhere"
+		// for good.
+		_, _ = L.Transition(ctx, ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Running}, To: ledger.Queued,
+			Reason: "attempt_not_recorded", Detail: err.Error(), Actor: s.cfg.WorkerID, Attempt: max(attempt-1, 0)})
 		s.ledgerDown(ctx, d, err)
 		return nil, 0, false
 	}

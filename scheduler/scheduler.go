@@ -145,6 +145,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if s.started {
 		return broker.Invalidf("scheduler: started twice")
 	}
+	select {
+	case <-s.stopped:
+		return broker.Invalidf("scheduler: started after Stop")
+	default:
+	}
 	if len(s.handlers) == 0 {
 		return broker.Invalidf("scheduler: no handlers registered")
 	}
@@ -446,6 +451,12 @@ func (s *Scheduler) StopAndCancel(ctx context.Context) error {
 func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 	s.mu.Lock()
 	if !s.started {
+		// Never started: nothing to drain, but Stopped must still close.
+		select {
+		case <-s.stopped:
+		default:
+			close(s.stopped)
+		}
 		s.mu.Unlock()
 		return nil
 	}

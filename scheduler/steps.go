@@ -82,7 +82,8 @@ type EffectOpts struct {
 // (the worker died between doing and recording) is unknown: it goes through
 // opts.Reconcile before anything can repeat it. If do returns an error, the
 // effect is recorded as failed (not done) and may be tried again — unless
-// the error is UnknownOutcome, which leaves it unknown.
+// the error is UnknownOutcome or a context error (a timeout or cancellation
+// may have cut it off after it happened), which leave it unknown.
 //
 // Without a ledger, do always runs.
 func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byte, error), opts *EffectOpts) ([]byte, error) {
@@ -131,8 +132,13 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 	}
 	result, err := do(ctx)
 	if err != nil {
+		// Known not done only when the error says so plainly. A cancelled
+		// or expired context (a timeout, a lost lease, a shutdown) may have
+		// cut the effect off after it took place: unknown, so the next
+		// attempt reconciles instead of repeating it.
 		var r *resultError
-		unknown := errors.As(err, &r) && r.kind == resultUnknown || broker.ClassOf(err) == broker.UnknownOutcome && errors.Is(err, broker.ErrUnknownOutcome)
+		unknown := errors.As(err, &r) && r.kind == resultUnknown ||
+			errors.Is(err, broker.ErrUnknownOutcome) || broker.IsContext(err) || ctx.Err() != nil
 		if !unknown {
 			_ = L.SetEffect(context.WithoutCancel(ctx), rs.task, key, ledger.EffectFailed, nil)
 		} else {
