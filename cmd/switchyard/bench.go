@@ -7,9 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/internal/benchkit"
+	"github.com/switchyard-dev/switchyard/internal/lanesbench"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -20,19 +23,38 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	batch := fs.Int("batch", 100, "publish and receive batch size")
 	consumers := fs.Int("consumers", 2, "concurrent receive loops")
 	url := fs.String("broker", "", "broker URL (default: a fresh embedded database in a temporary directory)")
-	if err := fs.Parse(args); err != nil {
+	window := fs.Duration("window", 30*time.Second, "lanes: the measured window of each scenario phase")
+	only := fs.String("only", "", "lanes: run only scenarios whose name contains this (S1, S2, S3, S4)")
+	prefetch := fs.Int("prefetch", 0, "lanes: the server's per-lane prefetch (default: the scheduler's)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return errUsage
 	}
-	if fs.NArg() != 1 || fs.Arg(0) != "embedded" && fs.Arg(0) != "broker" {
-		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL")
+	if len(pos) != 1 || pos[0] != "embedded" && pos[0] != "broker" && pos[0] != "lanes" {
+		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL | lanes [--broker URL] [--window 30s] [--only S3]")
 		return errUsage
+	}
+	if pos[0] == "lanes" {
+		var reports []lanesbench.Report
+		for _, sc := range lanesbench.Scenarios() {
+			if *only != "" && !strings.Contains(sc.Name, *only) {
+				continue
+			}
+			fmt.Fprintf(stderr, "running %s (%s window, plus the idle baseline)…\n", sc.Name, *window)
+			r, err := lanesbench.Run(ctx, *url, sc, &lanesbench.Options{Duration: *window, Prefetch: *prefetch})
+			if err != nil {
+				return err
+			}
+			reports = append(reports, r)
+		}
+		return lanesbench.WriteTable(stdout, reports)
 	}
 	if *n < 1 || *size < 0 || *batch < 1 || *consumers < 1 {
 		fmt.Fprintln(stderr, "bench: need n ≥ 1, size ≥ 0, batch ≥ 1, consumers ≥ 1")
 		return errUsage
 	}
 	if *url == "" {
-		if fs.Arg(0) == "broker" {
+		if pos[0] == "broker" {
 			fmt.Fprintln(stderr, "bench broker: --broker URL is required")
 			return errUsage
 		}

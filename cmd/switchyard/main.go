@@ -6,6 +6,7 @@
 //	switchyard stats --broker URL    per-lane ready / in flight / delayed / dead / oldest age
 //	switchyard review ls|show|claim|approve|reject   the human-review queue
 //	switchyard bench embedded        throughput of the embedded broker
+//	switchyard bench lanes           the lanes benchmark, scenarios S1–S4
 //
 // Every command accepts -h for its flags.
 package main
@@ -32,7 +33,7 @@ func commands() []command {
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
-		{"bench", "measure throughput (bench embedded)", runBench},
+		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes)", runBench},
 	}
 }
 
