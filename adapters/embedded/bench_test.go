@@ -112,3 +112,31 @@ func BenchmarkRawSQLite(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 }
+
+// BenchmarkSequential does exactly the raw loop's work through Switchyard:
+// publish 100, receive 100, ack 100, one goroutine, so the two compare
+// like for like (the table never holds more than one batch).
+func BenchmarkSequential(b *testing.B) {
+	br := openBench(b)
+	ctx := context.Background()
+	body := make([]byte, 1024)
+	msgs := make([]*broker.Message, 100)
+	b.ResetTimer()
+	start := time.Now()
+	for done := 0; done < b.N; done += 100 {
+		for i := range msgs {
+			msgs[i] = &broker.Message{Lane: "batch", Kind: "bench.noop", Body: body}
+		}
+		if _, err := br.Publish(ctx, msgs...); err != nil {
+			b.Fatal(err)
+		}
+		ds, err := br.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: 100, Lease: time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := br.Ack(ctx, ds...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+}
