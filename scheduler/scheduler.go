@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -52,6 +53,34 @@ type laneState struct {
 	running int     // slots in use
 	paused  bool
 	more    chan struct{} // room in buf, or resumed
+
+	// Recent task durations, for the policy's lending rule (LaneState.P90).
+	durs  [durWindow]time.Duration
+	ndurs int           // how many were recorded in all
+	p90   time.Duration // recomputed every durEvery completions
+}
+
+const (
+	durWindow = 128
+	durEvery  = 16
+)
+
+// recordDuration notes a finished task's duration; callers hold s.mu.
+func (l *laneState) recordDuration(d time.Duration) {
+	l.durs[l.ndurs%durWindow] = d
+	l.ndurs++
+	if l.ndurs%durEvery != 0 && l.ndurs > durEvery {
+		return
+	}
+	n := min(l.ndurs, durWindow)
+	if n < durEvery {
+		l.p90 = 0 // too few to say: the lane does not borrow yet
+		return
+	}
+	sorted := make([]time.Duration, n)
+	copy(sorted, l.durs[:n])
+	slices.Sort(sorted)
+	l.p90 = sorted[(n*9)/10]
 }
 
 // task is one delivery held by the scheduler, buffered or running.
@@ -284,7 +313,7 @@ func (s *Scheduler) dispatch() {
 			states = states[:0]
 			for _, name := range s.order {
 				l := s.lanes[name]
-				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.paused}
+				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.paused, P90: l.p90}
 				if len(l.buf) > 0 {
 					h := l.buf[0].d
 					st.OldestReady = h.EnqueuedAt
@@ -320,6 +349,7 @@ func (s *Scheduler) dispatch() {
 // finished releases t's slots.
 func (s *Scheduler) finished(l *laneState, t *task) {
 	s.mu.Lock()
+	l.recordDuration(time.Since(t.started))
 	l.running -= t.cost
 	s.used -= t.cost
 	delete(s.running, t)
