@@ -39,6 +39,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -153,12 +154,11 @@ func Open(t testing.TB, h *Harness, opts *broker.Options) *broker.Broker {
 }
 
 func redactURL(s string) string {
-	if i := strings.Index(s, "@"); i >= 0 {
-		if j := strings.Index(s, "://"); j >= 0 && j < i {
-			return s[:j+3] + "xxxxx" + s[i:]
-		}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
 	}
-	return s
+	return broker.Redact(u)
 }
 
 func ctxFor(t testing.TB, d time.Duration) context.Context {

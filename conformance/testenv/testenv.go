@@ -30,6 +30,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
 )
 
 // Service names one external dependency of the tests.
@@ -203,11 +205,8 @@ func HostPort(endpoint string) (string, error) {
 
 func redact(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	if err != nil {
+		return "(unparsable endpoint)"
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return broker.Redact(u)
 }
