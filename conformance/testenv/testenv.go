@@ -204,6 +204,9 @@ func HostPort(endpoint string) (string, error) {
 }
 
 func redact(s string) string {
+	if !strings.Contains(s, "://") {
+		return s // a bare host:port carries no credentials
+	}
 	u, err := url.Parse(s)
 	if err != nil {
 		return "(unparsable endpoint)"
