@@ -5,6 +5,7 @@
 //	switchyard demo                  run the AI pipeline demo on the embedded broker
 //	switchyard stats --broker URL    per-lane ready / in flight / delayed / dead / oldest age
 //	switchyard review ls|show|claim|approve|reject   the human-review queue
+//	switchyard dlq ls|replay --broker URL --lane L    dead letters and replay
 //	switchyard bench embedded        throughput of the embedded broker
 //	switchyard bench lanes           the lanes benchmark, scenarios S1–S4
 //
@@ -33,6 +34,7 @@ func commands() []command {
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
+		{"dlq", "list dead letters with their reasons, or replay them", runDLQ},
 		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes)", runBench},
 	}
 }
