@@ -89,6 +89,10 @@ type task struct {
 	cost    int
 	started time.Time
 	cancel  context.CancelCauseFunc // set while running
+	// leaseUntil is when the lease ends as far as this worker knows: the
+	// receive's deadline, pushed out by every successful extension. Only
+	// the heartbeat goroutine touches it after the task is buffered.
+	leaseUntil time.Time
 }
 
 // errLeaseLost is the cause given to a handler's context when its lease
@@ -277,7 +281,7 @@ func (s *Scheduler) fetch(l *laneState) {
 			return
 		}
 		for _, d := range ds {
-			l.buf = append(l.buf, &task{d: d, cost: s.costOf(d.Kind)})
+			l.buf = append(l.buf, &task{d: d, cost: s.costOf(d.Kind), leaseUntil: d.LeaseDeadline})
 		}
 		s.mu.Unlock()
 		s.poke()
@@ -393,15 +397,26 @@ func (s *Scheduler) extendAll() {
 	for i, t := range held {
 		ds[i] = t.d
 	}
+	until := time.Now().Add(s.cfg.Lease)
 	if err := s.b.Extend(ctx, s.cfg.Lease, ds...); err == nil {
+		for _, t := range held {
+			t.leaseUntil = until
+		}
 		return
 	}
 	// Find out which leases are gone, one by one.
 	for _, t := range held {
+		until := time.Now().Add(s.cfg.Lease)
 		err := s.b.Extend(ctx, s.cfg.Lease, t.d)
 		switch {
 		case err == nil:
+			t.leaseUntil = until
 		case errors.Is(err, broker.ErrLeaseLost):
+			s.leaseLost(t)
+		case !t.leaseUntil.IsZero() && time.Now().After(t.leaseUntil):
+			// Extensions kept failing until the lease ran out: another
+			// worker may hold the task now. Stop rather than run on.
+			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
 			s.leaseLost(t)
 		default:
 			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt, Err: err})
