@@ -364,14 +364,24 @@ func (b *Broker) Receive(ctx context.Context, req ReceiveRequest) ([]*Delivery, 
 			return ds, nil
 		}
 		out := ds[:0]
+		var firstErr error
 		for _, d := range ds {
 			keep, err := b.filter(ctx, d)
 			if err != nil {
-				return nil, err
+				// This one could not be handled (a hop not re-published):
+				// it stays leased and comes back after its lease. The others
+				// are unaffected.
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
 			}
 			if keep {
 				out = append(out, d)
 			}
+		}
+		if len(out) == 0 && firstErr != nil {
+			return nil, firstErr
 		}
 		if len(out) > 0 || req.Wait == 0 || !time.Now().Before(deadline) {
 			return out, nil

@@ -3,8 +3,11 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,12 +29,25 @@ import (
 // cover whatever one of the brokers lacks. Close closes every routed
 // driver once. The routed drivers must be comparable (pointer types, as
 // every adapter's driver is).
+//
+// A Router can also be opened by URL (broker.Open), each routed broker's
+// URL URL-escaped as a parameter:
+//
+//	router://?default=<url>&lane.<lane>=<url>[&from.<lane>=<url>][&from.default=<url>]
+//
+// lane.<lane> routes one lane, default every other lane, and from.<lane>
+// (from.default) makes that route a Migrating from the given broker. Note
+// that broker.Redact does not mask passwords inside the nested URLs: keep
+// credentials out of them (environment, instance roles) or out of logs.
 type Router struct {
 	routes   map[string]Driver
 	fallback Driver
 	caps     Capabilities
 	all      []Driver
-	closed   atomic.Bool
+	// owned, when set (a router opened by URL), are the drivers Close
+	// closes instead of all.
+	owned  []Driver
+	closed atomic.Bool
 }
 
 // NewRouter returns a Router sending the lanes named in routes to their
@@ -130,12 +146,16 @@ type routed struct {
 	drv Driver
 	mu  sync.Mutex
 	in  *Delivery
+	// seq is the framework's ordering sequence the message arrived with
+	// (Broker removes the header once it has acquired the key), carried on
+	// a re-published release so the copy keeps its place.
+	seq string
 }
 
 func wrapDeliveries(drv Driver, ds []*Delivery) []*Delivery {
 	out := make([]*Delivery, len(ds))
 	for i, in := range ds {
-		out[i] = &Delivery{Message: in.Message, Attempt: in.Attempt, LeaseDeadline: in.LeaseDeadline, DeadLetter: in.DeadLetter, Handle: &routed{drv: drv, in: in}}
+		out[i] = &Delivery{Message: in.Message, Attempt: in.Attempt, LeaseDeadline: in.LeaseDeadline, DeadLetter: in.DeadLetter, Handle: &routed{drv: drv, in: in, seq: in.Headers[HeaderOrderSeq]}}
 	}
 	return out
 }
@@ -166,8 +186,10 @@ func (h *routed) call(d *Delivery, f func(in *Delivery) error) error {
 
 // multi runs f once per origin driver with that driver's own deliveries,
 // in the order they first appear. Ack and Extend need only the driver's
-// handle, so the fields the layers above changed are not carried down.
+// handle, so the fields the layers above changed are not carried down;
+// Extend carries the new lease deadline up.
 func multi(op string, ds []*Delivery, f func(Driver, []*Delivery) error) error {
+	extend := op == "extend"
 	var order []Driver
 	outs := map[Driver][]*Delivery{}
 	hs := map[Driver][]*routed{}
@@ -195,8 +217,10 @@ func multi(op string, ds []*Delivery, f func(Driver, []*Delivery) error) error {
 			ins[i] = h.in
 		}
 		err := f(drv, ins)
-		for i, h := range handles {
-			list[i].LeaseDeadline = h.in.LeaseDeadline
+		if extend {
+			for i, h := range handles {
+				list[i].LeaseDeadline = h.in.LeaseDeadline
+			}
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -383,6 +407,9 @@ func releaseRouted(ctx context.Context, d *Delivery, delay time.Duration) error 
 			c.Headers[HeaderHeldKey] = c.IdempotencyKey
 			c.IdempotencyKey = ""
 		}
+		if h.seq != "" {
+			c.Headers[HeaderOrderSeq] = h.seq
+		}
 		c.RunAt = until
 		rs, err := h.drv.Publish(ctx, []*Message{c})
 		if err == nil && len(rs) == 1 {
@@ -454,8 +481,12 @@ func (r *Router) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	closing := r.all
+	if r.owned != nil {
+		closing = r.owned
+	}
 	var errs []error
-	for _, d := range r.all {
+	for _, d := range closing {
 		if err := d.Close(); err != nil {
 			errs = append(errs, err)
 		}
@@ -686,4 +717,129 @@ func (m *Migrating) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func init() { Register("router", openRouterURL) }
+
+// openRouterURL opens a Router from a URL whose parameters are the
+// URL-escaped URLs of the routed brokers:
+//
+//	router://?default=<url>&lane.<lane>=<url>[&from.<lane>=<url>][&from.default=<url>]
+//
+// lane.<lane> routes that lane to its own broker; default serves every other
+// lane (without it, unrouted lanes are an error). from.<lane> (or
+// from.default) puts that route in live migration: it publishes to the
+// lane's URL and also consumes the from URL until it is drained (see
+// Migrating). The same URL given twice is opened once.
+func openRouterURL(ctx context.Context, u *url.URL) (Driver, error) {
+	if u.Host != "" || (u.Path != "" && u.Path != "/") {
+		return nil, Invalidf("router URL takes only parameters: router://?default=<url>&lane.<lane>=<url>")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, Invalidf("router URL: the parameters do not parse")
+	}
+	opened := map[string]Driver{}
+	fail := func(err error) (Driver, error) {
+		for _, d := range opened {
+			d.Close()
+		}
+		return nil, err
+	}
+	open := func(name, raw string) (Driver, error) {
+		if d, ok := opened[raw]; ok {
+			return d, nil
+		}
+		if strings.EqualFold(strings.SplitN(raw, ":", 2)[0], "router") {
+			return nil, Invalidf("router URL: %s is itself a router URL", name)
+		}
+		d, err := OpenDriver(ctx, raw)
+		if err != nil {
+			return nil, fmt.Errorf("router URL: %s: %w", name, err)
+		}
+		opened[raw] = d
+		return d, nil
+	}
+	to := map[string]string{}   // lane ("" = default) -> URL
+	from := map[string]string{} // lane ("" = default) -> URL
+	for k, vs := range q {
+		if len(vs) != 1 || vs[0] == "" {
+			return fail(Invalidf("router URL: parameter %q must be given once, with a URL", k))
+		}
+		switch {
+		case k == "default":
+			to[""] = vs[0]
+		case k == "from.default":
+			from[""] = vs[0]
+		case strings.HasPrefix(k, "lane."):
+			to[strings.TrimPrefix(k, "lane.")] = vs[0]
+		case strings.HasPrefix(k, "from."):
+			from[strings.TrimPrefix(k, "from.")] = vs[0]
+		default:
+			return fail(Invalidf("router URL: unknown parameter %q (known: default, lane.<lane>, from.<lane>, from.default)", k))
+		}
+	}
+	for lane := range from {
+		if _, ok := to[lane]; !ok {
+			name := "lane." + lane
+			if lane == "" {
+				name = "default"
+			}
+			return fail(Invalidf("router URL: from.%s needs %s, the broker it migrates to", strings.TrimPrefix(name, "lane."), name))
+		}
+	}
+	// Open in a stable order, so errors are reproducible.
+	lanes := make([]string, 0, len(to))
+	for l := range to {
+		lanes = append(lanes, l)
+	}
+	sort.Strings(lanes)
+	routes := map[string]Driver{}
+	var fallback Driver
+	for _, lane := range lanes {
+		name := "lane." + lane
+		if lane == "" {
+			name = "default"
+		}
+		d, err := open(name, to[lane])
+		if err != nil {
+			return fail(err)
+		}
+		if f, ok := from[lane]; ok {
+			fd, err := open("from."+strings.TrimPrefix(name, "lane."), f)
+			if err != nil {
+				return fail(err)
+			}
+			if fd == d {
+				return fail(Invalidf("router URL: %s migrates from the broker it migrates to", name))
+			}
+			d = &sharedMigrating{Migrating{From: fd, To: d}}
+		}
+		if lane == "" {
+			fallback = d
+		} else {
+			if err := ValidateName("lane", lane); err != nil {
+				return fail(err)
+			}
+			routes[lane] = d
+		}
+	}
+	r, err := NewRouter(routes, fallback)
+	if err != nil {
+		return fail(err)
+	}
+	r.owned = make([]Driver, 0, len(opened))
+	for _, d := range opened {
+		r.owned = append(r.owned, d)
+	}
+	return r, nil
+}
+
+// sharedMigrating is a Migrating opened by a router URL, whose drivers may
+// be shared with other routes: the Router closes them, not it.
+type sharedMigrating struct{ Migrating }
+
+func (m *sharedMigrating) Close() error {
+	m.closed.Store(true)
+	return nil
 }

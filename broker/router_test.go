@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
@@ -312,5 +313,75 @@ func TestMigratingDrainsFromAndPublishesToTo(t *testing.T) {
 	}
 	if el := time.Since(start); el > 10*time.Second {
 		t.Fatalf("empty receive took %v", el)
+	}
+}
+
+func TestRouterURL(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	a := "embedded://" + dir + "/a.db?namespace=app"
+	old := "embedded://" + dir + "/old.db?namespace=app"
+	def := "mem://routerurl" + hex.EncodeToString([]byte(t.Name()))[:8]
+	esc := func(s string) string { return url.QueryEscape(s) }
+
+	// An old broker with work in "batch".
+	ob, err := broker.Open(ctx, old, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.PublishOne(ctx, &broker.Message{Lane: "batch", Kind: "old"}); err != nil {
+		t.Fatal(err)
+	}
+	ob.Close()
+
+	raw := "router://?default=" + esc(def) + "&lane.interactive=" + esc(a) + "&lane.batch=" + esc(a) + "&from.batch=" + esc(old)
+	b, err := broker.Open(ctx, raw, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Driver().(*broker.Router); !ok {
+		t.Fatalf("router:// opened %T", b.Driver())
+	}
+	for _, lane := range []string{"interactive", "batch", "scheduled"} {
+		if _, err := b.PublishOne(ctx, &broker.Message{Lane: lane, Kind: "new"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]int{}
+	for _, lane := range []string{"interactive", "batch", "batch", "scheduled"} {
+		d := recvOne(t, b, broker.ReceiveRequest{Lane: lane})
+		got[lane+"/"+d.Kind]++
+		if err := b.Ack(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got["batch/old"] != 1 || got["batch/new"] != 1 || got["interactive/new"] != 1 || got["scheduled/new"] != 1 {
+		t.Fatalf("got %v", got)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The new batch message went to a.db, not to the old broker.
+	ab, err := broker.Open(ctx, a, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ab.Close()
+	if s, _ := ab.Stats(ctx, "batch"); s.Ready != 0 {
+		t.Fatalf("a.db batch: %+v", s)
+	}
+
+	for _, bad := range []string{
+		"router://?lane.x=" + esc(a) + "&bogus=1",
+		"router://?from.batch=" + esc(old),
+		"router://?default=" + esc(a) + "&from.default=" + esc(a),
+		"router://?default=" + esc("router://?default="+esc(a)),
+		"router://host?default=" + esc(a),
+		"router://?lane.bad%20lane=" + esc(a),
+		"router://",
+	} {
+		if _, err := broker.Open(ctx, bad, nil); !errors.Is(err, broker.ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid", bad, err)
+		}
 	}
 }

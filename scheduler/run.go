@@ -101,7 +101,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		// settled normally below).
 		att.Outcome, att.Class = "returned", ""
 		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", 0, nil, nil)
+		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", attempt, nil, nil)
 		if err := s.b.Release(settle, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
@@ -113,7 +113,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	case out.ok:
 		att.Outcome = "ok"
 		s.finishAttempt(settle, att)
-		if !s.transition(settle, d.ID, ledger.Completed, "completed", "", 0, result, nil) {
+		if !s.transition(settle, d.ID, ledger.Completed, "completed", "", attempt, result, nil) {
 			return
 		}
 		s.acks.ack(settle, d)
@@ -123,7 +123,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		att.Outcome = "cancel"
 		s.finishAttempt(settle, att)
 		msg := out.err.Error()
-		if !s.transition(settle, d.ID, ledger.Cancelled, "cancelled", msg, 0, nil, &msg) {
+		if !s.transition(settle, d.ID, ledger.Cancelled, "cancelled", msg, attempt, nil, &msg) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
@@ -132,7 +132,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
 		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), 0, nil, nil)
+		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), attempt, nil, nil)
 		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
 		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
@@ -144,7 +144,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		detail, _ := json.Marshal(map[string]string{"reason": out.reason, "action": out.action})
-		if !s.transition(settle, d.ID, ledger.AwaitingReview, "await_review", string(detail), 0, nil, nil) {
+		if !s.transition(settle, d.ID, ledger.AwaitingReview, "await_review", string(detail), attempt, nil, nil) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
@@ -183,7 +183,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			delay = s.policyFor(h).Backoff(d.Attempt)
 		}
 		msg := out.err.Error()
-		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, s.cfg.Now().Add(delay), &msg)
+		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, attempt, s.cfg.Now().Add(delay), &msg)
 		s.settleErr(d, "nack", s.b.Nack(settle, d, delay))
 		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 	}
@@ -322,14 +322,18 @@ func (s *Scheduler) ledgerDown(ctx context.Context, d *broker.Delivery, err erro
 // transition applies a ledger transition from running (or any state, for
 // "returned"); false means the task must not be settled further (another
 // worker or an operator moved it).
-func (s *Scheduler) transition(ctx context.Context, id string, to ledger.State, reason, detail string, attempt int, result []byte, lastErr *string) bool {
+//
+// mine is the attempt this worker ran: the move applies only while the
+// ledger's attempt is not newer, so a worker that lost the task to a newer
+// attempt cannot settle over the new holder.
+func (s *Scheduler) transition(ctx context.Context, id string, to ledger.State, reason, detail string, mine int, result []byte, lastErr *string) bool {
 	if s.cfg.Ledger == nil {
 		return true
 	}
 	req := ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Running}, To: to, Reason: reason, Detail: detail,
 		Actor: s.cfg.WorkerID, Result: result, LastError: lastErr}
-	if attempt > 0 {
-		req.Attempt = attempt
+	if mine > 0 {
+		req.IfAttemptBelow = mine + 1
 	}
 	_, err := s.cfg.Ledger.Transition(ctx, req)
 	if err != nil {
@@ -339,12 +343,12 @@ func (s *Scheduler) transition(ctx context.Context, id string, to ledger.State, 
 	return true
 }
 
-func (s *Scheduler) transitionRunAt(ctx context.Context, id string, to ledger.State, reason, detail string, runAt time.Time, lastErr *string) {
+func (s *Scheduler) transitionRunAt(ctx context.Context, id string, to ledger.State, reason, detail string, mine int, runAt time.Time, lastErr *string) {
 	if s.cfg.Ledger == nil {
 		return
 	}
 	_, err := s.cfg.Ledger.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Running}, To: to, Reason: reason,
-		Detail: detail, Actor: s.cfg.WorkerID, RunAt: runAt, LastError: lastErr})
+		Detail: detail, Actor: s.cfg.WorkerID, RunAt: runAt, LastError: lastErr, IfAttemptBelow: mine + 1})
 	if err != nil {
 		s.cfg.Logger.Warn("switchyard: ledger transition failed", "task", id, "to", to, "error", err)
 	}
@@ -375,7 +379,18 @@ func (s *Scheduler) dead(ctx context.Context, d *broker.Delivery, last *ledger.A
 	}
 	if s.cfg.Ledger != nil {
 		m := msg
-		_, err := s.cfg.Ledger.Transition(ctx, ledger.TransitionRequest{ID: d.ID, To: ledger.Dead, Reason: string(reason), Detail: msg, Actor: s.cfg.WorkerID, LastError: &m})
+		req := ledger.TransitionRequest{ID: d.ID, To: ledger.Dead, Reason: string(reason), Detail: msg, Actor: s.cfg.WorkerID, LastError: &m}
+		if last != nil {
+			req.IfAttemptBelow = last.Number + 1 // not over a newer holder
+		}
+		_, err := s.cfg.Ledger.Transition(ctx, req)
+		if errors.Is(err, ledger.ErrConflict) && last != nil {
+			if t, gerr := s.cfg.Ledger.Get(ctx, d.ID); gerr == nil && t.Attempt > last.Number {
+				// A newer attempt holds the task: leave it to that one.
+				s.cfg.Logger.Warn("switchyard: not dead-lettering a task a newer attempt holds", "task", d.ID, "attempt", last.Number, "newer", t.Attempt)
+				return
+			}
+		}
 		if err != nil && !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrConflict) {
 			s.cfg.Logger.Warn("switchyard: ledger transition to dead failed", "task", d.ID, "error", err)
 		}
