@@ -84,3 +84,31 @@ func cleanupNamespace(addr, ns string) {
 		}
 	}
 }
+
+// TestConformanceE2E runs the end-to-end suite (broker + ledger + runtime)
+// on the machine's Redis, each case in a namespace of its own.
+func TestConformanceE2E(t *testing.T) {
+	addr := testenv.Redis.Endpoint(t)
+	conformance.RunE2E(t, func(t *testing.T) *conformance.Harness {
+		ns := conformance.Namespace(t)
+		return &conformance.Harness{
+			URL:     "redis://" + addr + "/0?namespace=" + ns,
+			Cleanup: func() { cleanupNamespace(addr, ns) },
+		}
+	})
+}
+
+// TestChaos: three-step tasks with one effect each on worker processes
+// SIGKILLed at random. Redis is fast, so it runs 2,000 tasks to reach the
+// suite's 50 kills.
+//
+//	go test ./adapters/asynq/ -run TestChaos -v
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes about half a minute; -short skips it")
+	}
+	addr := testenv.Redis.Endpoint(t)
+	ns := conformance.Namespace(t)
+	t.Cleanup(func() { cleanupNamespace(addr, ns) })
+	conformance.TestChaos(t, &conformance.Harness{URL: "redis://" + addr + "/0?namespace=" + ns}, conformance.ChaosOptions{Tasks: 2000})
+}

@@ -21,10 +21,15 @@ const (
 	HeaderOrderingKey    = HeaderPrefix + "ordering-key"
 	HeaderRunAt          = HeaderPrefix + "run-at"
 	HeaderEnqueuedAt     = HeaderPrefix + "enqueued-at"
+	// HeaderMaxAttemptsUnset marks a task published with MaxAttempts 0:
+	// its asynq retry count is the default, and deliveries report 0 so the
+	// consumer's retry policy decides.
+	HeaderMaxAttemptsUnset = HeaderPrefix + "max-attempts-unset"
 )
 
-// defaultMaxAttempts is used for a message published straight to the driver
-// with MaxAttempts 0 (Broker always sets it).
+// defaultMaxAttempts is asynq's retry count (plus one) for a message
+// published with MaxAttempts 0: a safety net against messages that crash
+// every consumer, like broker.Options.DefaultMaxAttempts.
 const defaultMaxAttempts = 25
 
 func sortedKeys(m map[string]string) []string {
@@ -47,13 +52,19 @@ func toTask(m *broker.Message, queue string) (*taskMessage, error) {
 		return nil, broker.Invalidf("message has no ID")
 	}
 	ma := m.MaxAttempts
-	if ma <= 0 {
+	unset := ma <= 0
+	if unset {
+		// asynq needs a retry count; remember that the publisher set none,
+		// so the consumer's retry policy decides rather than this default.
 		ma = defaultMaxAttempts
 	}
 	t := &taskMessage{Type: m.Kind, Payload: m.Body, ID: m.ID, Queue: queue, Retry: int32(ma - 1)}
 	n := len(m.Headers)
-	if n > 0 || m.Tenant != "" || m.IdempotencyKey != "" || m.OrderingKey != "" || !m.RunAt.IsZero() || !m.EnqueuedAt.IsZero() {
-		t.Headers = make(map[string]string, n+5)
+	if n > 0 || unset || m.Tenant != "" || m.IdempotencyKey != "" || m.OrderingKey != "" || !m.RunAt.IsZero() || !m.EnqueuedAt.IsZero() {
+		t.Headers = make(map[string]string, n+6)
+	}
+	if unset {
+		t.Headers[HeaderMaxAttemptsUnset] = "1"
 	}
 	for k, v := range m.Headers {
 		if strings.HasPrefix(k, HeaderPrefix) {
@@ -115,6 +126,8 @@ func fromTask(t *taskMessage, id, lane string) (*broker.Message, error) {
 			m.RunAt, err = time.Parse(time.RFC3339Nano, v)
 		case HeaderEnqueuedAt:
 			m.EnqueuedAt, err = time.Parse(time.RFC3339Nano, v)
+		case HeaderMaxAttemptsUnset:
+			m.MaxAttempts = 0
 		default:
 			// A field of a newer adapter version: not ours to interpret.
 		}
