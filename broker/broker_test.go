@@ -156,6 +156,10 @@ func TestRedact(t *testing.T) {
 	if !strings.Contains(s, "app") || !strings.Contains(s, "namespace=n") {
 		t.Errorf("Redact removed too much: %s", s)
 	}
+	nested, _ := url.Parse("router://?lane.batch=" + url.QueryEscape("rabbitmq://u:hunter2@mq/") + "&default=" + url.QueryEscape("mem://x"))
+	if r := broker.Redact(nested); strings.Contains(r, "hunter2") || !strings.Contains(r, "mem") {
+		t.Errorf("Redact of nested URLs = %s", r)
+	}
 }
 
 func TestOpen_UnknownScheme(t *testing.T) {

@@ -95,11 +95,25 @@ func Redact(u *url.URL) string {
 	}
 	q := c.Query()
 	changed := false
-	for k := range q {
+	for k, vs := range q {
 		lk := strings.ToLower(k)
 		if isSecretParam(lk) {
 			q.Set(k, "xxxxx")
 			changed = true
+			continue
+		}
+		for i, v := range vs {
+			// A nested broker URL (router://?lane.batch=rabbitmq://u:p@h):
+			// redact it too.
+			if strings.Contains(v, "://") {
+				if nu, err := url.Parse(v); err == nil {
+					if r := Redact(nu); r != v {
+						vs[i], changed = r, true
+					}
+				} else {
+					vs[i], changed = "xxxxx", true
+				}
+			}
 		}
 	}
 	if changed {

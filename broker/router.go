@@ -36,9 +36,8 @@ import (
 //	router://?default=<url>&lane.<lane>=<url>[&from.<lane>=<url>][&from.default=<url>]
 //
 // lane.<lane> routes one lane, default every other lane, and from.<lane>
-// (from.default) makes that route a Migrating from the given broker. Note
-// that broker.Redact does not mask passwords inside the nested URLs: keep
-// credentials out of them (environment, instance roles) or out of logs.
+// (from.default) makes that route a Migrating from the given broker.
+// broker.Redact masks credentials inside the nested URLs too.
 type Router struct {
 	routes   map[string]Driver
 	fallback Driver

@@ -35,6 +35,7 @@ func commands() []command {
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
 		{"dlq", "list dead letters with their reasons, or replay them", runDLQ},
+		{"migrate", "move queued and dead-lettered messages from one broker to another", runMigrate},
 		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes)", runBench},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,6 +130,41 @@ func TestCLI_DLQ(t *testing.T) {
 		{"dlq", "ls", "--broker", url, "--lane", "bad lane"},
 		{"dlq", "purge", "--broker", url, "--lane", "batch"},
 		{"dlq", "ls", "--broker", "nosuch://x", "--lane", "batch"},
+	} {
+		if code, _, _ := runCLI(t, bad...); code == 0 {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+}
+
+func TestCLI_Migrate(t *testing.T) {
+	dir := t.TempDir()
+	from := "embedded://" + filepath.Join(dir, "a.db") + "?namespace=app"
+	to := "embedded://" + filepath.Join(dir, "b.db") + "?namespace=app"
+	ctx := context.Background()
+	b, err := broker.Open(ctx, from, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := b.PublishOne(ctx, &broker.Message{Lane: "batch", Kind: "k", IdempotencyKey: fmt.Sprint("key-", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	code, out, errs := runCLI(t, "migrate", "--from", from, "--to", to, "--dry-run", "--lanes", "batch")
+	if code != 0 || !strings.Contains(out, "WOULD MOVE") {
+		t.Fatalf("dry run: code %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = runCLI(t, "migrate", "--from", from, "--to", to, "--lanes", "batch", "--yes", "--state-dir", dir)
+	if code != 0 || !strings.Contains(out, "moved 5") {
+		t.Fatalf("migrate: code %d\n%s%s", code, out, errs)
+	}
+	for _, bad := range [][]string{
+		{"migrate", "--from", from},
+		{"migrate", "--from", from, "--to", from, "--yes"},
+		{"migrate", "--from", from, "--to", "embedded://" + filepath.Join(dir, "c.db") + "?namespace=other", "--yes"},
+		{"migrate", "--from", from, "--to", "nosuch://x", "--yes"},
 	} {
 		if code, _, _ := runCLI(t, bad...); code == 0 {
 			t.Errorf("%v succeeded", bad)
