@@ -26,17 +26,7 @@ func (refundArgs) Kind() string { return "billing.refund" }
 func TestReview_ApproveAndReject(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer L.Close()
-	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	L, b, c := withLedger(t)
 	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond})
 	var mu sync.Mutex
 	refunded := map[string]string{}
@@ -57,6 +47,7 @@ func TestReview_ApproveAndReject(t *testing.T) {
 	r, _ := c.Enqueue(ctx, refundArgs{Order: "B-2", Amount: 5000}, &switchyard.EnqueueOpts{Lane: "interactive"})
 
 	var items []*switchyard.ReviewItem
+	var err error
 	waitFor(t, 10*time.Second, func() bool {
 		items, err = c.Reviews(ctx, switchyard.ReviewFilter{})
 		return err == nil && len(items) == 2
@@ -106,14 +97,7 @@ func TestReview_ApproveAndReject(t *testing.T) {
 func TestServer_Retention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer L.Close()
-	b, _ := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
-	defer b.Close()
-	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	L, b, c := withLedger(t)
 	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond,
 		Retention: time.Nanosecond, PruneEvery: 50 * time.Millisecond})
 	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[refundArgs]) error { return nil }, nil)
@@ -132,14 +116,7 @@ func TestServer_Retention(t *testing.T) {
 func TestClient_ReplayDeadWithLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer L.Close()
-	b, _ := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
-	defer b.Close()
-	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	L, b, c := withLedger(t)
 	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond,
 		Retry: switchyardRetry()})
 	var mu sync.Mutex
@@ -173,4 +150,26 @@ func TestClient_ReplayDeadWithLedger(t *testing.T) {
 	if len(info.Attempts) != 3 {
 		t.Errorf("%d attempt records, want 3 (two failures, then the replayed success)", len(info.Attempts))
 	}
+}
+
+// withLedger opens a SQLite ledger, an in-process broker deduplicating
+// through it, and a client recording tasks in it; all close with the test.
+func withLedger(t *testing.T) (ledger.Ledger, *broker.Broker, *switchyard.Client) {
+	t.Helper()
+	ctx := context.Background()
+	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { L.Close() })
+	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	c, err := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return L, b, c
 }
