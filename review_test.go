@@ -133,8 +133,11 @@ func TestClient_ReplayDeadWithLedger(t *testing.T) {
 	_ = srv.Start(ctx)
 	defer srv.Stop(ctx)
 	waitFor(t, 10*time.Second, func() bool {
+		// The ledger records the death first, then the broker moves the
+		// message: wait for both.
 		info, err := c.Task(ctx, r.ID)
-		return err == nil && info.Task.State == ledger.Dead
+		s, serr := b.Stats(ctx, "batch")
+		return err == nil && info.Task.State == ledger.Dead && serr == nil && s.DeadLettered == 1
 	})
 	mu.Lock()
 	fixed = true
