@@ -1,6 +1,7 @@
 package asynq_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -138,7 +139,28 @@ func (p *privateRedis) disrupt(ctx context.Context) (func(context.Context) error
 // freeze stops the server process with SIGSTOP: connections stay open but
 // nothing answers, the worst case for a client without timeouts. thaw
 // resumes it.
-func (p *privateRedis) freeze() error { return p.sendOnly(syscall.SIGSTOP) }
+func (p *privateRedis) freeze() error {
+	if err := p.sendOnly(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	// Signals are asynchronous: wait until the kernel reports the process
+	// stopped (state T), so no call races the freeze.
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("redis-server %d did not stop", pid)
+}
 
 func (p *privateRedis) thaw() error { return p.sendOnly(syscall.SIGCONT) }
 

@@ -1,9 +1,11 @@
 package nats
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -197,10 +199,14 @@ func TestPublish_AckTimeoutIsUnknownOutcome(t *testing.T) {
 	t.Parallel()
 	srv := startPrivateServer(t)
 	b := openBroker(t, testURL(t, srv.URL(), "publish_timeout=500ms"), nil)
+	// Create the lane's stream first, so the publish below is the only
+	// round trip left to freeze.
+	mustPublish(t, b, &broker.Message{Lane: "l", Kind: "warm-up"})
 	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.cmd.Process.Signal(syscall.SIGCONT)
+	waitStopped(t, srv.cmd.Process.Pid)
 	start := time.Now()
 	rs, err := b.Publish(ctxT(t, 10*time.Second), &broker.Message{Lane: "l", Kind: "k"})
 	el := time.Since(start)
@@ -303,4 +309,23 @@ func TestStats_OldestReady(t *testing.T) {
 	if st, _ = b.Stats(ctxT(t, 5*time.Second), "l"); st.Ready != 0 || st.OldestReady != 0 {
 		t.Fatalf("empty lane %+v: want no age", st)
 	}
+}
+
+// waitStopped waits until the kernel reports pid stopped (state T), so a
+// test does not race the SIGSTOP it just sent.
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return // not Linux, or gone: nothing more to wait for
+		}
+		// The state follows the parenthesised command name.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d did not stop", pid)
 }
