@@ -7,22 +7,44 @@
 // Ops holds the operations; Handler serves them over HTTP with bearer-token
 // authentication (read-only, enqueue and admin roles, optionally scoped to
 // one tenant).
+//
+// # Dead letters
+//
+// The broker's dead-letter queue is the source of truth for dead letters.
+// Listing them (DeadLetters, DeadLetter) and peeking at a live lane (Peek)
+// take nothing and spend no attempt: Ops leases every message of the queue
+// in batches, keeps them all leased until the scan ends (so each is seen
+// once), then gives them back. Bulk operations (Replay, Move, Purge) scan the
+// same way, act on the matching dead letters and give back the rest. While a
+// scan holds a lane's dead letters, a concurrent scan of the same lane sees
+// fewer of them; a scan looks at no more than Config.MaxScan dead letters per
+// lane.
+//
+// With a ledger, every state-changing operation writes an event naming its
+// Actor to the affected task's log: "replayed" and "moved" (the task goes
+// from dead back to queued), "purged" (the task stays dead), "lane_paused"
+// and friends are recorded by the runtime's lane controls.
+//
+// # Scope
+//
+// A Scope with a Tenant restricts every operation to that tenant: another
+// tenant's tasks and dead letters read as ledger.ErrNotFound, are left out
+// of listings, and a filter naming another tenant matches nothing.
 package admin
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
-
-// NOTE(skeleton): the signatures below are the agreed surface; bodies are
-// being filled in. errTODO disappears with the last of them.
-var errTODO = errors.New("admin: not implemented yet")
 
 // Config configures Ops.
 type Config struct {
@@ -43,7 +65,18 @@ type Config struct {
 	// Objectives are the lanes' wait objectives, reported with the lane
 	// stats (OldestReady above it is "late"). Defaults to the default lanes'.
 	Objectives map[string]time.Duration
+	// MaxScan is the most dead letters (or, for Peek, ready messages) one
+	// operation leases per lane while it scans. Defaults to 10000.
+	MaxScan int
+	// ScanLease is how long a scan keeps the messages it has seen leased;
+	// it bounds how long one operation may take per lane. Defaults to 5
+	// minutes (capped by the broker's longest lease).
+	ScanLease time.Duration
 }
+
+// ErrNoLedger is returned by operations that need a ledger when none is
+// configured. It is switchyard.ErrNoLedger.
+var ErrNoLedger = switchyard.ErrNoLedger
 
 // KindSpec describes a task kind accepted by Enqueue.
 type KindSpec struct {
@@ -60,10 +93,45 @@ type Ops struct {
 	client *switchyard.Client
 }
 
-// New returns Ops over cfg.
+// New returns Ops over cfg. It refuses a nil broker and invalid lane or
+// kind names (broker.ErrInvalid).
 func New(cfg Config) (*Ops, error) {
 	if cfg.Broker == nil {
 		return nil, broker.Invalidf("admin: nil broker")
+	}
+	for _, l := range cfg.Lanes {
+		if err := broker.ValidateName("lane", l); err != nil {
+			return nil, fmt.Errorf("admin: Config.Lanes: %w", err)
+		}
+	}
+	for k, spec := range cfg.Kinds {
+		if err := broker.ValidateName("kind", k); err != nil {
+			return nil, fmt.Errorf("admin: Config.Kinds: %w", err)
+		}
+		if spec.Lane != "" {
+			if err := broker.ValidateName("lane", spec.Lane); err != nil {
+				return nil, fmt.Errorf("admin: Config.Kinds[%q].Lane: %w", k, err)
+			}
+		}
+	}
+	if len(cfg.Lanes) == 0 {
+		for _, l := range lanes.Defaults() {
+			cfg.Lanes = append(cfg.Lanes, l.Name)
+		}
+	}
+	if cfg.Objectives == nil {
+		cfg.Objectives = map[string]time.Duration{}
+		for _, l := range lanes.Defaults() {
+			if l.WaitObjective > 0 {
+				cfg.Objectives[l.Name] = l.WaitObjective
+			}
+		}
+	}
+	if cfg.MaxScan <= 0 {
+		cfg.MaxScan = 10000
+	}
+	if cfg.ScanLease <= 0 {
+		cfg.ScanLease = 5 * time.Minute
 	}
 	c, err := switchyard.NewClient(cfg.Broker, &switchyard.ClientConfig{Ledger: cfg.Ledger})
 	if err != nil {
@@ -72,6 +140,9 @@ func New(cfg Config) (*Ops, error) {
 	return &Ops{cfg: cfg, client: c}, nil
 }
 
+// Client returns the Client Ops enqueues and replays through.
+func (o *Ops) Client() *switchyard.Client { return o.client }
+
 // Scope restricts an operation to one tenant; the zero Scope sees every
 // tenant. A scoped caller never sees or touches another tenant's tasks or
 // dead letters: they are reported as not found.
@@ -79,9 +150,31 @@ type Scope struct {
 	Tenant string
 }
 
+// allows reports whether a task or message of tenant is visible in sc.
+func (sc Scope) allows(tenant string) bool { return sc.Tenant == "" || sc.Tenant == tenant }
+
+// tenant combines a filter's tenant with the scope: ok=false when the
+// filter names another tenant than the scope's (nothing matches).
+func (sc Scope) tenant(filter string) (string, bool) {
+	if sc.Tenant == "" {
+		return filter, true
+	}
+	if filter != "" && filter != sc.Tenant {
+		return "", false
+	}
+	return sc.Tenant, true
+}
+
 // Actor names who performs a state-changing operation, for the event log
 // ("operator:alice", "token:ci").
 type Actor string
+
+func (a Actor) String() string {
+	if a == "" {
+		return "operator"
+	}
+	return string(a)
+}
 
 // LaneInfo is a lane at a glance.
 type LaneInfo struct {
@@ -95,12 +188,65 @@ type LaneInfo struct {
 
 // Lanes returns every lane's stats (the broker's lanes when it can list
 // them, else Config.Lanes), with pause state from the ledger.
-func (o *Ops) Lanes(ctx context.Context) ([]LaneInfo, error) { return nil, errTODO }
+//
+// The list holds Config.Lanes (the default lanes unless configured), then
+// any other lane the broker lists, then any other paused lane.
+func (o *Ops) Lanes(ctx context.Context) ([]LaneInfo, error) {
+	names := slices.Clone(o.cfg.Lanes)
+	found, ok, err := o.cfg.Broker.Lanes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		for _, f := range found {
+			if !slices.Contains(names, f) {
+				names = append(names, f)
+			}
+		}
+	}
+	paused, err := o.pausedLanes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for l := range paused {
+		if !slices.Contains(names, l) {
+			names = append(names, l)
+		}
+	}
+	out := make([]LaneInfo, 0, len(names))
+	for _, l := range names {
+		s, err := o.cfg.Broker.Stats(ctx, l)
+		if err != nil {
+			return nil, err
+		}
+		li := LaneInfo{Stats: s, Objective: o.cfg.Objectives[l]}
+		if p, ok := paused[l]; ok {
+			li.Paused, li.PausedBy = true, p
+		}
+		li.Late = li.Objective > 0 && s.OldestReady > li.Objective
+		out = append(out, li)
+	}
+	return out, nil
+}
 
-// PauseLane stops every server on this ledger from starting tasks of lane
-// (within about a second); running tasks finish. ResumeLane undoes it.
-func (o *Ops) PauseLane(ctx context.Context, lane string, who Actor) error  { return errTODO }
-func (o *Ops) ResumeLane(ctx context.Context, lane string, who Actor) error { return errTODO }
+// deadLanes are the lanes a dead-letter scan over "every lane" covers: the
+// broker's own list when it can tell, else Config.Lanes.
+func (o *Ops) deadLanes(ctx context.Context, lane string) ([]string, error) {
+	if lane != "" {
+		if err := broker.ValidateName("lane", lane); err != nil {
+			return nil, err
+		}
+		return []string{lane}, nil
+	}
+	found, ok, err := o.cfg.Broker.Lanes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		return found, nil
+	}
+	return o.cfg.Lanes, nil
+}
 
 // TaskFilter selects tasks.
 type TaskFilter struct {
@@ -118,130 +264,163 @@ type TaskPage struct {
 	Next  string
 }
 
-// Tasks lists tasks from the ledger.
+// Tasks lists tasks from the ledger. Unknown states, bad kind or lane names
+// and a negative limit are refused with broker.ErrInvalid; a filter naming
+// another tenant than the scope's returns an empty page.
 func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, error) {
-	return nil, errTODO
+	if o.cfg.Ledger == nil {
+		return nil, ErrNoLedger
+	}
+	for _, s := range f.States {
+		if !s.Valid() {
+			return nil, broker.Invalidf("admin: unknown task state %q (want one of %s)", s, stateNames())
+		}
+	}
+	if f.Kind != "" {
+		if err := broker.ValidateName("kind", f.Kind); err != nil {
+			return nil, err
+		}
+	}
+	if f.Lane != "" {
+		if err := broker.ValidateName("lane", f.Lane); err != nil {
+			return nil, err
+		}
+	}
+	if f.Limit < 0 {
+		return nil, broker.Invalidf("admin: negative limit %d", f.Limit)
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = 50
+	}
+	limit = min(limit, 1000)
+	tenant, ok := sc.tenant(f.Tenant)
+	if !ok {
+		return &TaskPage{Tasks: []*ledger.Task{}}, nil
+	}
+	// One more than asked, to know whether there is a next page.
+	ts, err := o.cfg.Ledger.List(ctx, ledger.Filter{Tenant: tenant, States: f.States, Kind: f.Kind, Lane: f.Lane, Limit: limit + 1, After: f.After})
+	if err != nil {
+		return nil, err
+	}
+	page := &TaskPage{Tasks: ts}
+	if ts == nil {
+		page.Tasks = []*ledger.Task{}
+	}
+	if len(ts) > limit {
+		page.Tasks = ts[:limit]
+		page.Next = ts[limit-1].ID
+	}
+	return page, nil
+}
+
+// States lists the task states in their usual order.
+func States() []ledger.State {
+	return []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait, ledger.AwaitingReview, ledger.Completed,
+		ledger.Failed, ledger.Dead, ledger.Rejected, ledger.Cancelled}
+}
+
+func stateNames() string {
+	s := ""
+	for i, st := range States() {
+		if i > 0 {
+			s += ", "
+		}
+		s += string(st)
+	}
+	return s
 }
 
 // Task returns a task with its attempts, event log (the timeline) and
 // effects; ledger.ErrNotFound when it does not exist or is out of scope.
 func (o *Ops) Task(ctx context.Context, sc Scope, id string) (*switchyard.TaskInfo, error) {
-	return nil, errTODO
+	if o.cfg.Ledger == nil {
+		return nil, ErrNoLedger
+	}
+	if _, err := o.scopedTask(ctx, sc, id); err != nil {
+		return nil, err
+	}
+	return o.client.Task(ctx, id)
 }
 
-// DeadFilter selects dead letters. Empty fields match everything.
-type DeadFilter struct {
-	Lane   string // "" = every lane
-	Kind   string
-	Tenant string
-	Reason broker.Reason
-	IDs    []string // when set, only these
-	Limit  int      // default 50, at most 1000 (listing only)
-}
-
-// DeadItem is a dead letter: the message, why it died and its attempts.
-type DeadItem struct {
-	ID, Lane, Kind, Tenant string
-	Reason                 broker.Reason
-	Error                  string
-	Attempts               []broker.AttemptRecord
-	DeadAt                 time.Time
-	Payload                []byte // the task's arguments (admin role only over HTTP)
-}
-
-// DeadLetters lists dead letters without taking them out of their queue.
-func (o *Ops) DeadLetters(ctx context.Context, sc Scope, f DeadFilter) ([]DeadItem, error) {
-	return nil, errTODO
-}
-
-// DeadLetter returns one dead letter by task ID; ledger.ErrNotFound when no
-// dead-letter queue in scope holds it.
-func (o *Ops) DeadLetter(ctx context.Context, sc Scope, lane, id string) (*DeadItem, error) {
-	return nil, errTODO
-}
-
-// Progress is called after each item of a bulk operation with how many are
-// done and the total (total is -1 when unknown).
-type Progress func(done, total int)
-
-// Report is the outcome of a bulk operation.
-type Report struct {
-	Done   int
-	Failed []ItemError
-}
-
-// ItemError is one item a bulk operation could not handle.
-type ItemError struct {
-	ID  string
-	Err string
-}
-
-// Replay moves the selected dead letters back to their live lanes (their
-// tasks back to queued, with a "replayed" event naming who).
-func (o *Ops) Replay(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Progress) (*Report, error) {
-	return nil, errTODO
-}
-
-// ReplaySandbox runs a copy of dead letter id in sandbox mode: the task
-// runs, its steps run, but its effects are recorded as "would do" instead
-// of executed. The dead letter stays where it is. It returns the sandbox
-// task's ID.
-func (o *Ops) ReplaySandbox(ctx context.Context, sc Scope, lane, id string, who Actor) (string, error) {
-	return "", errTODO
-}
-
-// Move moves the selected dead letters to lane toLane's live queue.
-func (o *Ops) Move(ctx context.Context, sc Scope, f DeadFilter, toLane string, who Actor, p Progress) (*Report, error) {
-	return nil, errTODO
-}
-
-// Purge deletes the selected dead letters for good (their tasks stay dead
-// in the ledger, with a "purged" event).
-func (o *Ops) Purge(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Progress) (*Report, error) {
-	return nil, errTODO
-}
-
-// Peek returns up to n ready messages of lane without taking them or
-// spending an attempt.
-func (o *Ops) Peek(ctx context.Context, sc Scope, lane string, n int) ([]*broker.Message, error) {
-	return nil, errTODO
-}
-
-// EnqueueRequest is one task submitted through ingestion or the CLI.
-type EnqueueRequest struct {
-	Kind           string            `json:"kind"`
-	Args           json.RawMessage   `json:"args"`
-	Lane           string            `json:"lane,omitempty"`
-	Tenant         string            `json:"tenant,omitempty"`
-	IdempotencyKey string            `json:"-"` // from the Idempotency-Key header
-	OrderingKey    string            `json:"ordering_key,omitempty"`
-	RunAt          time.Time         `json:"run_at,omitempty"`
-	Delay          string            `json:"delay,omitempty"` // Go duration, e.g. "90s"
-	Deadline       time.Time         `json:"deadline,omitempty"`
-	MaxAttempts    int               `json:"max_attempts,omitempty"`
-	Metadata       map[string]string `json:"metadata,omitempty"`
-}
-
-// Enqueue validates and enqueues one task. A request that fails validation
-// (unknown kind, bad arguments, bad option) returns an error matching
-// broker.ErrInvalid and enqueues nothing. The same idempotency key returns
-// the same task (Duplicate=true).
-func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchyard.EnqueueResult, error) {
-	return nil, errTODO
+// scopedTask returns the ledger's task id, or ledger.ErrNotFound when it is
+// out of sc.
+func (o *Ops) scopedTask(ctx context.Context, sc Scope, id string) (*ledger.Task, error) {
+	if id == "" {
+		return nil, broker.Invalidf("admin: empty task id")
+	}
+	t, err := o.cfg.Ledger.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !sc.allows(t.Tenant) {
+		return nil, fmt.Errorf("task %s: %w", id, ledger.ErrNotFound)
+	}
+	return t, nil
 }
 
 // Reviews, Approve, Reject and Claim wrap the Client's review queue with
 // scope checks.
 func (o *Ops) Reviews(ctx context.Context, sc Scope, limit int) ([]*switchyard.ReviewItem, error) {
-	return nil, errTODO
-}
-func (o *Ops) Claim(ctx context.Context, sc Scope, id string, who Actor) error { return errTODO }
-func (o *Ops) Approve(ctx context.Context, sc Scope, id string, who Actor, note string) error {
-	return errTODO
-}
-func (o *Ops) Reject(ctx context.Context, sc Scope, id string, who Actor, reason string) error {
-	return errTODO
+	if o.cfg.Ledger == nil {
+		return nil, ErrNoLedger
+	}
+	if limit < 0 {
+		return nil, broker.Invalidf("admin: negative limit %d", limit)
+	}
+	items, err := o.client.Reviews(ctx, switchyard.ReviewFilter{Tenant: sc.Tenant, Limit: limit})
+	if items == nil && err == nil {
+		items = []*switchyard.ReviewItem{}
+	}
+	return items, err
 }
 
-// Ready reports whether the broker and the ledger answer (readyz).
-func (o *Ops) Ready(ctx context.Context) error { return errTODO }
+// Claim marks the review of task id as taken by who.
+func (o *Ops) Claim(ctx context.Context, sc Scope, id string, who Actor) error {
+	if err := o.reviewScope(ctx, sc, id); err != nil {
+		return err
+	}
+	return o.client.Claim(ctx, id, who.String())
+}
+
+// Approve resumes task id, awaiting review, in its lane with who's note.
+func (o *Ops) Approve(ctx context.Context, sc Scope, id string, who Actor, note string) error {
+	if err := o.reviewScope(ctx, sc, id); err != nil {
+		return err
+	}
+	return o.client.Approve(ctx, id, who.String(), note)
+}
+
+// Reject ends task id, awaiting review, with who's reason.
+func (o *Ops) Reject(ctx context.Context, sc Scope, id string, who Actor, reason string) error {
+	if err := o.reviewScope(ctx, sc, id); err != nil {
+		return err
+	}
+	return o.client.Reject(ctx, id, who.String(), reason)
+}
+
+func (o *Ops) reviewScope(ctx context.Context, sc Scope, id string) error {
+	if o.cfg.Ledger == nil {
+		return ErrNoLedger
+	}
+	_, err := o.scopedTask(ctx, sc, id)
+	return err
+}
+
+// Ready reports whether the broker and the ledger answer (readyz): the
+// stats of one lane, and a ledger lookup, each within 3 seconds.
+func (o *Ops) Ready(ctx context.Context) error {
+	bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if _, err := o.cfg.Broker.Stats(bctx, o.cfg.Lanes[0]); err != nil {
+		return fmt.Errorf("admin: broker not ready: %w", err)
+	}
+	if o.cfg.Ledger != nil {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		if _, err := o.cfg.Ledger.Get(lctx, "readyz-probe"); err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return fmt.Errorf("admin: ledger not ready: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// EnqueueRequest is one task submitted through ingestion or the CLI.
+type EnqueueRequest struct {
+	Kind           string            `json:"kind"`
+	Args           json.RawMessage   `json:"args"`
+	Lane           string            `json:"lane,omitempty"`
+	Tenant         string            `json:"tenant,omitempty"`
+	IdempotencyKey string            `json:"-"` // from the Idempotency-Key header
+	OrderingKey    string            `json:"ordering_key,omitempty"`
+	RunAt          time.Time         `json:"run_at,omitempty"`
+	Delay          string            `json:"delay,omitempty"` // Go duration, e.g. "90s"
+	Deadline       time.Time         `json:"deadline,omitempty"`
+	MaxAttempts    int               `json:"max_attempts,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+}
+
+// rawArgs are task arguments already encoded as a JSON object. Client.Enqueue
+// encodes them with encoding/json, which writes them as given (compacted).
+type rawArgs struct {
+	kind string
+	args json.RawMessage
+}
+
+func (a rawArgs) Kind() string                 { return a.kind }
+func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
+
+// Enqueue validates and enqueues one task. A request that fails validation
+// (unknown kind, bad arguments, bad option) returns an error matching
+// broker.ErrInvalid and enqueues nothing. The same idempotency key returns
+// the same task (Duplicate=true).
+//
+// Args must be a JSON object (absent means {}); they become the task's
+// arguments as given, compacted. The lane defaults to the kind's
+// KindSpec.Lane, then to the Client's default. A scoped caller's tasks
+// belong to its tenant; a request naming another tenant is invalid.
+func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchyard.EnqueueResult, error) {
+	args, opts, err := o.enqueueArgs(sc, r)
+	if err != nil {
+		return nil, err
+	}
+	return o.client.Enqueue(ctx, args, opts)
+}
+
+func (o *Ops) enqueueArgs(sc Scope, r EnqueueRequest) (rawArgs, *switchyard.EnqueueOpts, error) {
+	if r.Kind == "" {
+		return rawArgs{}, nil, broker.Invalidf("kind is required")
+	}
+	spec, ok := o.cfg.Kinds[r.Kind]
+	if !ok {
+		return rawArgs{}, nil, broker.Invalidf("unknown kind %q", r.Kind)
+	}
+	raw := bytes.TrimSpace(r.Args)
+	if len(raw) == 0 {
+		raw = []byte("{}")
+	}
+	var obj map[string]json.RawMessage
+	if raw[0] != '{' || json.Unmarshal(raw, &obj) != nil {
+		return rawArgs{}, nil, broker.Invalidf("args of %s must be a JSON object", r.Kind)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, raw); err != nil {
+		return rawArgs{}, nil, broker.Invalidf("args of %s: %v", r.Kind, err)
+	}
+	if spec.Validate != nil {
+		if err := spec.Validate(json.RawMessage(compact.Bytes())); err != nil {
+			return rawArgs{}, nil, broker.Invalidf("args of %s: %v", r.Kind, err)
+		}
+	}
+	tenant, ok := sc.tenant(r.Tenant)
+	if !ok {
+		return rawArgs{}, nil, broker.Invalidf("tenant %q is outside this token's tenant", r.Tenant)
+	}
+	lane := r.Lane
+	if lane == "" {
+		lane = spec.Lane
+	}
+	if lane != "" {
+		if err := broker.ValidateName("lane", lane); err != nil {
+			return rawArgs{}, nil, err
+		}
+	}
+	opts := &switchyard.EnqueueOpts{Lane: lane, IdempotencyKey: r.IdempotencyKey, Tenant: tenant, OrderingKey: r.OrderingKey,
+		RunAt: r.RunAt, Deadline: r.Deadline, MaxAttempts: r.MaxAttempts, Metadata: r.Metadata}
+	if r.Delay != "" {
+		if !r.RunAt.IsZero() {
+			return rawArgs{}, nil, broker.Invalidf("run_at and delay are exclusive")
+		}
+		d, err := time.ParseDuration(r.Delay)
+		if err != nil {
+			return rawArgs{}, nil, broker.Invalidf("delay %q is not a duration like 90s or 5m", r.Delay)
+		}
+		if d < 0 {
+			return rawArgs{}, nil, broker.Invalidf("delay %q is negative", r.Delay)
+		}
+		opts.Delay = d
+	}
+	if r.MaxAttempts < 0 {
+		return rawArgs{}, nil, broker.Invalidf("max_attempts %d is negative", r.MaxAttempts)
+	}
+	// The message's own checks (keys, metadata), before anything is
+	// recorded.
+	m := &broker.Message{Lane: "x", Kind: r.Kind, Tenant: tenant, IdempotencyKey: r.IdempotencyKey, OrderingKey: r.OrderingKey}
+	if len(r.Metadata) > 0 {
+		m.Headers = map[string]string{}
+		for k, v := range r.Metadata {
+			m.Headers["meta-"+k] = v
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return rawArgs{}, nil, err
+	}
+	return rawArgs{kind: r.Kind, args: compact.Bytes()}, opts, nil
+}
