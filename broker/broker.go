@@ -59,6 +59,15 @@ type Options struct {
 	// delays are held by Broker. Zero uses the driver's maximum. Tests use
 	// it to exercise the hold path with short waits.
 	MaxDelay time.Duration
+	// Fair makes lanes fair between tenants: Fair[lane] is the number of
+	// shard queues the lane is split into (see FairShardName; 1 to
+	// MaxFairShards). Publishers and consumers of a lane must agree on it.
+	// The URL parameter fair ("?fair=batch:8") sets it for Open. Defaults to
+	// no fair lanes.
+	Fair map[string]int
+	// FairPoll is how long an idle fair lane's receive long-polls one shard
+	// before looking at all of them again. Defaults to 100ms.
+	FairPoll time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings about fallbacks. Defaults to slog.Default().
@@ -88,6 +97,9 @@ func (o *Options) WithDefaults() *Options {
 	if c.OrderingRetry <= 0 {
 		c.OrderingRetry = 200 * time.Millisecond
 	}
+	if c.FairPoll <= 0 {
+		c.FairPoll = 100 * time.Millisecond
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -112,6 +124,8 @@ type Broker struct {
 	orderMu sync.Mutex
 	orders  map[*Delivery]orderRef
 
+	fair map[string]*fairLane // nil: no fair lanes
+
 	// storeDedup: claim keys in Options.Dedup too. True when the broker
 	// has no native dedup, or when a store was configured and the native
 	// window is finite (the store, typically the ledger, then covers the
@@ -125,7 +139,11 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, Invalidf("nil driver")
 	}
 	o := opts.WithDefaults()
-	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}}
+	fair, err := newFairLanes(o.Fair)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
@@ -214,6 +232,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...*Message) ([]PublishResult
 type pending struct {
 	i       int
 	out     *Message
+	lane    string // the physical lane, which the dedup claim and sequence are keyed by
 	claimed bool
 	seq     int64
 }
@@ -236,6 +255,13 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 		return p, r, false
 	}
 	p.i = i
+	if lane := b.fairPublishLane(m); lane != m.Lane {
+		// A fair lane: the copy goes to its tenant's shard; the caller's
+		// message keeps the lane it named.
+		m = m.Clone()
+		m.Lane = lane
+	}
+	p.lane = m.Lane
 	if m.IdempotencyKey != "" && b.storeDedup {
 		existing, dup, err := b.opts.Dedup.Claim(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
 		if err != nil {
@@ -280,12 +306,12 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 func (b *Broker) unwind(ctx context.Context, m *Message, p pending, c Class) {
 	ctx = context.WithoutCancel(ctx)
 	if p.seq > 0 {
-		_ = b.opts.Sequencer.Release(ctx, m.Lane, m.OrderingKey, p.seq, true)
+		_ = b.opts.Sequencer.Release(ctx, p.lane, m.OrderingKey, p.seq, true)
 	}
 	if p.claimed && c != UnknownOutcome {
 		// Best effort: a failed release leaves the key claimed until its
 		// window ends, the safe direction for dedup.
-		_ = b.opts.Dedup.Release(ctx, m.Lane, m.Tenant, m.IdempotencyKey, m.ID)
+		_ = b.opts.Dedup.Release(ctx, p.lane, m.Tenant, m.IdempotencyKey, m.ID)
 	}
 }
 
@@ -354,6 +380,15 @@ func (b *Broker) Receive(ctx context.Context, req ReceiveRequest) ([]*Delivery, 
 	if b.caps.MaxLease > 0 && req.Lease > b.caps.MaxLease {
 		req.Lease = b.caps.MaxLease
 	}
+	if fl := b.fair[req.Lane]; fl != nil {
+		return b.receiveFair(ctx, fl, req)
+	}
+	return b.receiveOne(ctx, req)
+}
+
+// receiveOne receives from one physical lane, applying the receive-side
+// fallbacks; req is already normalised.
+func (b *Broker) receiveOne(ctx context.Context, req ReceiveRequest) ([]*Delivery, error) {
 	deadline := time.Now().Add(req.Wait)
 	for {
 		ds, err := b.d.Receive(ctx, req)
@@ -711,6 +746,9 @@ func (b *Broker) Stats(ctx context.Context, lane string) (Stats, error) {
 	}
 	if err := ValidateName("lane", lane); err != nil {
 		return Stats{}, err
+	}
+	if fl := b.fair[lane]; fl != nil {
+		return b.statsFair(ctx, lane, fl)
 	}
 	s, err := b.d.Stats(ctx, lane)
 	return s, Wrap("stats", Transient, err)

@@ -151,5 +151,5 @@ func (b *Broker) Lanes(ctx context.Context) (lanes []string, ok bool, err error)
 		return nil, false, nil
 	}
 	lanes, err = l.Lanes(ctx)
-	return lanes, true, Wrap("lanes", Transient, err)
+	return b.foldFairLanes(lanes), true, Wrap("lanes", Transient, err)
 }

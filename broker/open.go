@@ -68,7 +68,28 @@ func OpenDriver(ctx context.Context, rawURL string) (Driver, error) {
 
 // Open opens rawURL and wraps the driver in a Broker with opts (nil means
 // defaults).
+//
+// The URL parameter fair ("?fair=batch:8", see ParseFair) is Broker's, not
+// the driver's: it sets Options.Fair (and overrides it) before the rest of
+// the URL goes to the driver.
 func Open(ctx context.Context, rawURL string, opts *Options) (*Broker, error) {
+	if u, err := url.Parse(rawURL); err == nil {
+		if q := u.Query(); q.Has("fair") {
+			fair, err := ParseFair(q.Get("fair"))
+			if err != nil {
+				return nil, err
+			}
+			o := Options{}
+			if opts != nil {
+				o = *opts
+			}
+			o.Fair = fair
+			opts = &o
+			q.Del("fair")
+			u.RawQuery = q.Encode()
+			rawURL = u.String()
+		}
+	}
 	d, err := OpenDriver(ctx, rawURL)
 	if err != nil {
 		return nil, err

@@ -93,6 +93,12 @@ func (r *Router) Route(lane string) (Driver, error) {
 	if d, ok := r.routes[lane]; ok {
 		return d, nil
 	}
+	if base, _, ok := SplitFairShard(lane); ok {
+		// A fair lane's shards go where the lane goes.
+		if d, ok := r.routes[base]; ok {
+			return d, nil
+		}
+	}
 	if r.fallback != nil {
 		return r.fallback, nil
 	}
