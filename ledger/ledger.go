@@ -154,6 +154,10 @@ const (
 	EffectConfirmed EffectState = "confirmed" // done; never repeated
 	EffectUnknown   EffectState = "unknown"   // the worker died between doing and recording
 	EffectFailed    EffectState = "failed"    // tried and known not done; may be tried again
+	// EffectWouldDo: a task replayed in sandbox mode reached the effect and
+	// deliberately did not perform it. The record says what the task would
+	// have done; nothing happened outside.
+	EffectWouldDo EffectState = "would_do"
 )
 
 // Effect is a recorded side effect of a task, keyed by the handler's key.
@@ -257,6 +261,33 @@ type Ledger interface {
 	broker.DedupStore
 
 	Close() error
+}
+
+// LanePause is a lane paused in the ledger: every scheduler sharing the
+// ledger stops starting tasks of Lane until it is resumed.
+type LanePause struct {
+	Lane string
+	// Actor is who paused it ("operator:alice"); Since is when. Pausing a
+	// lane that is already paused keeps the first pause's Actor and Since.
+	Actor string
+	Since time.Time
+}
+
+// LaneControls is an optional interface of a Ledger: lane pauses that every
+// process sharing the ledger sees (a scheduler polls PausedLanes every
+// scheduler.Config.ControlInterval). ledger/sqlite and ledger/postgres
+// implement it; check with a type assertion.
+//
+// The pause is keyed by lane name alone: processes of different broker
+// namespaces that share one ledger share its pauses.
+type LaneControls interface {
+	// SetLanePaused pauses (paused=true) or resumes lane. It is idempotent:
+	// pausing a paused lane keeps the first pause's actor and time, and
+	// resuming a lane that is not paused does nothing. The lane must be a
+	// valid name (broker.ValidateName); an empty actor is recorded as "".
+	SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error
+	// PausedLanes lists the paused lanes, by name.
+	PausedLanes(ctx context.Context) ([]LanePause, error)
 }
 
 // Errors.

@@ -19,8 +19,9 @@
 // The suite covers every method of ledger.Ledger: creation and
 // idempotency (per tenant), every pair of states against ledger.Allowed,
 // guarded and unguarded, the IfAttemptBelow guard, transition updates and
-// the event log, listing and paging, attempts, steps, effects, pruning,
-// dedup claims, races of 20 goroutines (one Create wins per key, one
+// the event log, listing and paging, attempts, steps, effects (every EffectState,
+// would_do included), pruning, dedup claims, lane pauses (the optional
+// ledger.LaneControls; a store without it skips that case), races of 20 goroutines (one Create wins per key, one
 // Transition wins, one takeover by a newer attempt wins, one PutStep
 // value is stored, one BeginEffect begins, one Claim wins, event sequence
 // numbers stay gapless), cancelled contexts and Close.

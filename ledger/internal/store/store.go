@@ -233,10 +233,18 @@ func Event(op string, e *ledger.Event) error {
 // EffectState validates an outcome for SetEffect.
 func EffectState(op string, s ledger.EffectState) error {
 	switch s {
-	case ledger.EffectPending, ledger.EffectConfirmed, ledger.EffectUnknown:
+	case ledger.EffectPending, ledger.EffectConfirmed, ledger.EffectUnknown, ledger.EffectFailed, ledger.EffectWouldDo:
 		return nil
 	}
 	return Invalid(op, "unknown effect state %q", s)
+}
+
+// LanePause validates SetLanePaused's arguments.
+func LanePause(op, lane, actor string) error {
+	if err := broker.ValidateName("lane", lane); err != nil {
+		return broker.Wrap(op, broker.Permanent, err)
+	}
+	return keyAllowEmpty(op, "actor", actor)
 }
 
 // Dedup validates a dedup claim's arguments.
