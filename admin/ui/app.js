@@ -1,0 +1,662 @@
+// Switchyard dashboard. Plain JavaScript, no dependencies, no build step.
+// Every piece of data reaches the page through textContent or attributes,
+// never innerHTML. API paths are relative, so the page works under any
+// mount prefix.
+"use strict";
+
+(function () {
+  const TOKEN_KEY = "switchyard.token";
+  const POLL_MS = 2000;
+  const HISTORY = 90; // samples kept per lane for the sparkline (3 min)
+
+  const state = {
+    me: null,
+    view: "lanes",
+    taskID: "",
+    history: {}, // lane -> [depth, ...]
+    lanes: [],
+    tasksNext: "",
+    timer: 0,
+    busy: false,
+  };
+
+  // ---- helpers -------------------------------------------------------
+
+  const $ = (id) => document.getElementById(id);
+
+  // el builds an element: el("td", {class: "x", "data-id": id}, "text", child...)
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "onclick") e.addEventListener("click", v);
+      else if (k === "title") e.title = String(v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const k of kids) {
+      if (k === undefined || k === null) continue;
+      e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    }
+    return e;
+  }
+
+  function clear(node) {
+    while (node.firstChild) node.removeChild(node.firstChild);
+  }
+
+  function fmtDur(ms) {
+    if (ms === undefined || ms === null || isNaN(ms)) return "–";
+    if (ms < 1) return "0 ms";
+    if (ms < 1000) return Math.round(ms) + " ms";
+    const s = ms / 1000;
+    if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + " s";
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + " m " + Math.round(s - m * 60) + " s";
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + " h " + (m - h * 60) + " m";
+    return Math.floor(h / 24) + " d " + (h % 24) + " h";
+  }
+
+  function ago(iso) {
+    if (!iso) return "–";
+    const t = Date.parse(iso);
+    if (isNaN(t)) return iso;
+    const d = Date.now() - t;
+    return d < 0 ? "in " + fmtDur(-d) : fmtDur(d) + " ago";
+  }
+
+  function timeCell(iso) {
+    return el("time", { datetime: iso || "", title: iso || "" }, ago(iso));
+  }
+
+  function badge(text, kind) {
+    return el("span", { class: "badge " + (kind || text || ""), "data-testid": "badge" }, text || "–");
+  }
+
+  function pretty(raw) {
+    if (raw === undefined || raw === null) return "";
+    try {
+      return JSON.stringify(raw, null, 2);
+    } catch (e) {
+      return String(raw);
+    }
+  }
+
+  function toast(msg, bad) {
+    const t = $("toast");
+    t.textContent = msg;
+    t.className = "toast" + (bad ? " bad" : "");
+    t.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => (t.hidden = true), bad ? 8000 : 4000);
+  }
+
+  function isAdmin() {
+    return state.me && state.me.role === "admin";
+  }
+
+  // ---- API -----------------------------------------------------------
+
+  class APIError extends Error {
+    constructor(status, msg) {
+      super(msg);
+      this.status = status;
+    }
+  }
+
+  async function api(method, path, body) {
+    const token = sessionStorage.getItem(TOKEN_KEY) || "";
+    const headers = { Authorization: "Bearer " + token, Accept: "application/json" };
+    const init = { method, headers, cache: "no-store", credentials: "omit" };
+    if (method !== "GET") {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body || {});
+    }
+    let res;
+    try {
+      res = await fetch("api/v1/" + path, init);
+    } catch (e) {
+      setLive(false, "offline");
+      throw new APIError(0, "the server did not answer: " + e.message);
+    }
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (e) {
+      data = null;
+    }
+    if (res.status === 401) {
+      showLogin((data && data.error) || "Sign in again.");
+      throw new APIError(401, (data && data.error) || "unauthorized");
+    }
+    if (!res.ok) {
+      throw new APIError(res.status, (data && data.error) || res.status + " " + res.statusText);
+    }
+    setLive(true);
+    return data;
+  }
+
+  function setLive(ok, text) {
+    const l = $("live");
+    l.className = "live " + (ok ? "ok" : "bad");
+    $("live-text").textContent = ok ? "live" : text || "disconnected";
+  }
+
+  // ---- login ---------------------------------------------------------
+
+  function showLogin(msg) {
+    $("token-error").textContent = msg || "";
+    const d = $("login");
+    if (!d.open) d.showModal();
+    $("token-input").focus();
+  }
+
+  async function signIn(token) {
+    sessionStorage.setItem(TOKEN_KEY, token);
+    try {
+      state.me = await api("GET", "whoami");
+    } catch (e) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin(e.message);
+      return false;
+    }
+    const who = $("whoami");
+    who.textContent = state.me.name + " · " + state.me.role + (state.me.tenant ? " · tenant " + state.me.tenant : "");
+    document.body.classList.toggle("is-admin", isAdmin());
+    document.body.classList.add("signed-in");
+    return true;
+  }
+
+  // ---- confirm dialog -----------------------------------------------
+
+  // ask shows a modal; with input set, it asks for text (required unless
+  // input.optional). It resolves to the text (or true), or null when cancelled.
+  function ask(title, text, okLabel, input) {
+    return new Promise((resolve) => {
+      const d = $("confirm");
+      $("confirm-title").textContent = title;
+      $("confirm-text").textContent = text;
+      $("confirm-ok").textContent = okLabel || "OK";
+      $("confirm-error").textContent = "";
+      const box = $("confirm-input");
+      $("confirm-input-label").hidden = !input;
+      box.value = "";
+      if (input) $("confirm-input-name").textContent = input.label;
+      const done = (v) => {
+        $("confirm-form").onsubmit = null;
+        $("confirm-cancel").onclick = null;
+        d.onclose = null;
+        if (d.open) d.close();
+        resolve(v);
+      };
+      $("confirm-form").onsubmit = (ev) => {
+        ev.preventDefault();
+        if (input) {
+          const v = box.value.trim();
+          if (!v && !input.optional) {
+            $("confirm-error").textContent = input.label + " is required.";
+            return;
+          }
+          done(v);
+        } else {
+          done(true);
+        }
+      };
+      $("confirm-cancel").onclick = () => done(null);
+      d.onclose = () => done(null);
+      d.showModal();
+      (input ? box : $("confirm-ok")).focus();
+    });
+  }
+
+  // ---- lanes ---------------------------------------------------------
+
+  function sparkline(values) {
+    const NS = "http://www.w3.org/2000/svg";
+    const w = 160, h = 36;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("aria-label", "depth over time");
+    if (values.length < 2) return svg;
+    const max = Math.max(1, ...values);
+    const step = w / (HISTORY - 1);
+    const x0 = w - (values.length - 1) * step;
+    const pts = values.map((v, i) => [x0 + i * step, h - 2 - (v / max) * (h - 4)]);
+    const line = pts.map((p) => p[0].toFixed(1) + "," + p[1].toFixed(1)).join(" ");
+    const area = document.createElementNS(NS, "polygon");
+    area.setAttribute("points", `${pts[0][0].toFixed(1)},${h} ${line} ${pts[pts.length - 1][0].toFixed(1)},${h}`);
+    area.setAttribute("class", "area");
+    const pl = document.createElementNS(NS, "polyline");
+    pl.setAttribute("points", line);
+    pl.setAttribute("class", "line");
+    svg.append(area, pl);
+    return svg;
+  }
+
+  function stat(label, value, cls) {
+    return el("div", { class: "stat " + (cls || "") }, el("span", { class: "v" }, value), el("span", { class: "l" }, label));
+  }
+
+  function renderLanes() {
+    const box = $("lanes");
+    clear(box);
+    $("lanes-empty").hidden = state.lanes.length > 0;
+    let dead = 0;
+    for (const l of state.lanes) {
+      dead += l.dead_lettered;
+      const hist = state.history[l.lane] || [];
+      const depth = l.ready + l.in_flight + l.delayed;
+      const ratio = l.objective_ms > 0 ? l.oldest_ready_ms / l.objective_ms : 0;
+      const bar = el("div", { class: "bar" });
+      const fill = el("div", { class: "fill " + (l.late ? "late" : ratio > 0.5 ? "warn" : "ok") });
+      fill.style.width = Math.min(100, Math.round(ratio * 100)) + "%";
+      bar.append(fill);
+      const flags = el("div", { class: "flags" });
+      if (l.paused) flags.append(badge("paused", "paused"));
+      if (l.late) flags.append(badge("late", "late"));
+      if (l.dead_lettered > 0) flags.append(badge(l.dead_lettered + " dead", "dead"));
+      const actions = el("div", { class: "card-actions admin-only" });
+      if (state.me && !state.me.tenant) {
+        actions.append(
+          el("button", {
+            type: "button", class: "ghost small", "data-testid": (l.paused ? "resume-" : "pause-") + l.lane,
+            onclick: () => pauseLane(l.lane, !l.paused),
+          }, l.paused ? "Resume" : "Pause")
+        );
+      }
+      if (l.dead_lettered > 0) {
+        actions.append(el("a", { href: "#dead", class: "small", onclick: () => ($("dead-lane").value = l.lane) }, "Dead letters →"));
+      }
+      box.append(
+        el("article", { class: "lane" + (l.late ? " is-late" : "") + (l.paused ? " is-paused" : ""), "data-testid": "lane-" + l.lane, "data-lane": l.lane },
+          el("header", {}, el("h3", {}, l.lane), flags),
+          el("div", { class: "depth" }, el("span", { class: "big", "data-testid": "lane-depth" }, depth), el("span", { class: "l" }, "depth"), sparkline(hist)),
+          el("div", { class: "stats" },
+            stat("ready", l.ready), stat("in flight", l.in_flight), stat("delayed", l.delayed), stat("dead", l.dead_lettered, l.dead_lettered ? "bad" : "")),
+          el("div", { class: "age" },
+            el("span", {}, "oldest ", el("b", {}, l.ready ? fmtDur(l.oldest_ready_ms) : "–"), l.objective_ms ? " / objective " + fmtDur(l.objective_ms) : ""),
+            bar),
+          actions)
+      );
+    }
+    $("count-dead").textContent = dead ? String(dead) : "";
+    // Keep the dead-letter lane filter in step with the lanes.
+    const sel = $("dead-lane");
+    const want = state.lanes.map((l) => l.lane);
+    const have = Array.from(sel.options).slice(1).map((o) => o.value);
+    if (want.join() !== have.join()) {
+      const cur = sel.value;
+      while (sel.options.length > 1) sel.remove(1);
+      for (const n of want) sel.append(el("option", { value: n }, n));
+      sel.value = cur;
+    }
+  }
+
+  async function pollLanes() {
+    const data = await api("GET", "lanes");
+    state.lanes = data.lanes || [];
+    for (const l of state.lanes) {
+      const h = state.history[l.lane] || (state.history[l.lane] = []);
+      h.push(l.ready + l.in_flight + l.delayed);
+      if (h.length > HISTORY) h.shift();
+    }
+    if (state.view === "lanes") renderLanes();
+    else {
+      let dead = 0;
+      for (const l of state.lanes) dead += l.dead_lettered;
+      $("count-dead").textContent = dead ? String(dead) : "";
+    }
+  }
+
+  async function pauseLane(lane, pause) {
+    const ok = await ask((pause ? "Pause " : "Resume ") + lane + "?",
+      pause ? "Servers stop starting tasks of this lane within about a second; running tasks finish." : "Servers start taking tasks of this lane again.",
+      pause ? "Pause" : "Resume");
+    if (!ok) return;
+    try {
+      await api("POST", "lanes/" + encodeURIComponent(lane) + (pause ? "/pause" : "/resume"));
+      toast(lane + (pause ? " paused" : " resumed"));
+      await pollLanes();
+      renderLanes();
+    } catch (e) {
+      toast(e.message, true);
+    }
+  }
+
+  // ---- dead letters --------------------------------------------------
+
+  function deadQuery() {
+    const q = new URLSearchParams();
+    for (const [k, id] of [["lane", "dead-lane"], ["reason", "dead-reason"], ["kind", "dead-kind"], ["tenant", "dead-tenant"]]) {
+      const v = $(id).value.trim();
+      if (v) q.set(k, v);
+    }
+    q.set("limit", "200");
+    return q;
+  }
+
+  async function loadDead() {
+    const data = await api("GET", "dead?" + deadQuery().toString());
+    const items = data.dead_letters || [];
+    const body = $("dead-body");
+    clear(body);
+    $("dead-empty").hidden = items.length > 0;
+    $("dead-table").hidden = items.length === 0;
+    $("dead-replay-all").disabled = items.length === 0;
+    for (const d of items) {
+      const last = d.attempts && d.attempts.length ? d.attempts[d.attempts.length - 1] : null;
+      const err = d.error || (last && last.error) || "";
+      const actions = el("td", { class: "actions admin-only" },
+        el("button", { type: "button", class: "small", "data-testid": "replay-" + d.id, onclick: () => replayOne(d) }, "Replay"),
+        el("button", { type: "button", class: "small ghost", "data-testid": "sandbox-" + d.id, onclick: () => sandboxOne(d) }, "Sandbox"),
+        el("button", { type: "button", class: "small danger", "data-testid": "purge-" + d.id, onclick: () => purgeOne(d) }, "Purge"));
+      const attempts = el("details", {}, el("summary", {}, String((d.attempts || []).length)),
+        el("ol", { class: "attempt-list" }, ...(d.attempts || []).map((a) =>
+          el("li", {}, "#" + a.attempt + " ", el("span", { class: "muted" }, a.class || "ok"), " ", fmtDur(a.duration_ms), a.error ? " — " + a.error : ""))));
+      body.append(
+        el("tr", { "data-testid": "dead-row", "data-id": d.id, "data-lane": d.lane },
+          el("td", { class: "mono" }, el("a", { href: "#task/" + encodeURIComponent(d.id) }, d.id)),
+          el("td", {}, d.lane),
+          el("td", { class: "mono" }, d.kind),
+          el("td", {}, d.tenant || "–"),
+          el("td", { "data-testid": "dead-reason" }, badge(d.reason, "reason")),
+          el("td", { class: "err", title: err, "data-testid": "dead-error" }, err),
+          el("td", {}, attempts),
+          el("td", {}, timeCell(d.dead_at)),
+          actions)
+      );
+    }
+  }
+
+  async function replayOne(d) {
+    const ok = await ask("Replay " + d.id + "?", "It goes back to the " + d.lane + " lane with a fresh attempt budget and runs again for real.", "Replay");
+    if (!ok) return;
+    try {
+      const rep = await api("POST", "dead/replay", { ids: [d.id], filter: { lane: d.lane } });
+      if (rep.failed && rep.failed.length) throw new Error(rep.failed[0].error);
+      toast("Replayed " + d.id);
+      location.hash = "#task/" + encodeURIComponent(d.id);
+    } catch (e) {
+      toast("Replay failed: " + e.message, true);
+    }
+  }
+
+  async function sandboxOne(d) {
+    const ok = await ask("Sandbox replay of " + d.id + "?",
+      "A copy runs with its steps, but its effects are recorded as \"would do\" and not executed. The dead letter stays where it is.", "Run in sandbox");
+    if (!ok) return;
+    try {
+      const r = await api("POST", "dead/" + encodeURIComponent(d.lane) + "/" + encodeURIComponent(d.id) + "/sandbox");
+      toast("Sandbox task " + r.id + " started");
+      location.hash = "#task/" + encodeURIComponent(r.id);
+    } catch (e) {
+      toast("Sandbox failed: " + e.message, true);
+    }
+  }
+
+  async function purgeOne(d) {
+    const ok = await ask("Purge " + d.id + " for good?", "The dead letter is deleted; its task stays dead in the ledger with a \"purged\" event. This cannot be undone.", "Purge");
+    if (!ok) return;
+    try {
+      const rep = await api("POST", "dead/purge", { ids: [d.id], filter: { lane: d.lane } });
+      if (rep.failed && rep.failed.length) throw new Error(rep.failed[0].error);
+      toast("Purged " + d.id);
+      await loadDead();
+    } catch (e) {
+      toast("Purge failed: " + e.message, true);
+    }
+  }
+
+  async function replayShown() {
+    const rows = Array.from(document.querySelectorAll("#dead-body tr[data-id]"));
+    if (!rows.length) return;
+    const ok = await ask("Replay " + rows.length + " dead letter" + (rows.length > 1 ? "s" : "") + "?",
+      "Every dead letter listed goes back to its lane and runs again.", "Replay all");
+    if (!ok) return;
+    try {
+      const rep = await api("POST", "dead/replay", { ids: rows.map((r) => r.dataset.id) });
+      toast("Replayed " + rep.done + (rep.failed.length ? ", " + rep.failed.length + " failed: " + rep.failed[0].error : ""), rep.failed.length > 0);
+      await loadDead();
+    } catch (e) {
+      toast("Replay failed: " + e.message, true);
+    }
+  }
+
+  // ---- tasks ---------------------------------------------------------
+
+  function taskQuery(after) {
+    const q = new URLSearchParams();
+    for (const [k, id] of [["state", "task-state-filter"], ["kind", "task-kind"], ["lane", "task-lane"], ["tenant", "task-tenant"]]) {
+      const v = $(id).value.trim();
+      if (v) q.set(k, v);
+    }
+    q.set("limit", "100");
+    if (after) q.set("after", after);
+    return q;
+  }
+
+  async function loadTasks(more) {
+    const data = await api("GET", "tasks?" + taskQuery(more ? state.tasksNext : "").toString());
+    const body = $("tasks-body");
+    if (!more) clear(body);
+    const tasks = data.tasks || [];
+    for (const t of tasks) {
+      body.append(
+        el("tr", { "data-testid": "task-row", "data-id": t.id },
+          el("td", { class: "mono" }, el("a", { href: "#task/" + encodeURIComponent(t.id) }, t.id)),
+          el("td", { class: "mono" }, t.kind),
+          el("td", {}, t.lane),
+          el("td", {}, t.tenant || "–"),
+          el("td", {}, badge(t.state)),
+          el("td", {}, t.attempt + (t.max_attempts ? " / " + t.max_attempts : "")),
+          el("td", { class: "err", title: t.last_error || "" }, t.last_error || ""),
+          el("td", {}, timeCell(t.updated_at)))
+      );
+    }
+    state.tasksNext = data.next || "";
+    $("tasks-more").hidden = !state.tasksNext;
+    $("tasks-empty").hidden = body.children.length > 0;
+  }
+
+  function metaRow(dl, k, v) {
+    if (v === undefined || v === null || v === "") return;
+    dl.append(el("dt", {}, k), el("dd", {}, v));
+  }
+
+  async function loadTask() {
+    const id = state.taskID;
+    const d = await api("GET", "tasks/" + encodeURIComponent(id));
+    if (state.taskID !== id) return;
+    const t = d.task;
+    $("task-id").textContent = t.id;
+    const st = $("task-state");
+    st.textContent = t.state;
+    st.className = "badge " + t.state;
+    const dl = $("task-meta");
+    clear(dl);
+    metaRow(dl, "kind", t.kind);
+    metaRow(dl, "lane", t.lane);
+    metaRow(dl, "tenant", t.tenant || "–");
+    metaRow(dl, "attempt", t.attempt + (t.max_attempts ? " of " + t.max_attempts : ""));
+    metaRow(dl, "created", t.created_at ? timeCell(t.created_at) : "");
+    metaRow(dl, "updated", t.updated_at ? timeCell(t.updated_at) : "");
+    metaRow(dl, "run at", t.run_at || "");
+    metaRow(dl, "deadline", t.deadline || "");
+    metaRow(dl, "idempotency key", t.idempotency_key || "");
+    metaRow(dl, "ordering key", t.ordering_key || "");
+    for (const [k, v] of Object.entries(t.metadata || {})) metaRow(dl, k, v);
+    if (t.last_error) dl.append(el("dt", {}, "last error"), el("dd", { class: "err-full", "data-testid": "task-last-error" }, t.last_error));
+
+    const tl = $("task-timeline");
+    clear(tl);
+    for (const e of d.events || []) {
+      tl.append(
+        el("li", { "data-testid": "timeline-event", class: "to-" + (e.to || "none") },
+          el("div", { class: "when" }, timeCell(e.at)),
+          el("div", { class: "what" },
+            e.from ? el("span", {}, badge(e.from), " → ") : null,
+            badge(e.to || "note"),
+            " ", el("b", { "data-testid": "event-reason" }, e.reason)),
+          e.detail ? el("div", { class: "detail" }, e.detail) : null,
+          e.actor ? el("div", { class: "actor" }, e.actor) : null)
+      );
+    }
+    const ab = $("task-attempts").tBodies[0];
+    clear(ab);
+    for (const a of d.attempts || []) {
+      const errCell = el("td", { class: "err", title: a.error || "" }, a.error || "");
+      if (a.stack) errCell.append(el("details", {}, el("summary", {}, "stack"), el("pre", {}, a.stack)));
+      ab.append(el("tr", { "data-testid": "attempt-row" },
+        el("td", {}, a.number), el("td", {}, badge(a.outcome || "running", "outcome " + (a.outcome || "running"))),
+        el("td", {}, timeCell(a.start)), el("td", {}, fmtDur(a.duration_ms)), el("td", { class: "mono" }, a.worker || ""), errCell));
+    }
+    const eb = $("task-effects").tBodies[0];
+    clear(eb);
+    for (const e of d.effects || []) {
+      eb.append(el("tr", { "data-testid": "effect-row" },
+        el("td", { class: "mono" }, e.key), el("td", {}, badge(e.state)), el("td", {}, e.attempt),
+        el("td", { class: "mono" }, e.result !== undefined ? JSON.stringify(e.result) : ""), el("td", {}, timeCell(e.updated_at))));
+    }
+    if (!(d.effects || []).length) eb.append(el("tr", {}, el("td", { colspan: 5, class: "muted" }, "no effects recorded")));
+    $("task-result").textContent = t.result !== undefined ? pretty(t.result) : "—";
+    $("task-args").textContent = t.args !== undefined ? pretty(t.args) : "—";
+  }
+
+  // ---- reviews -------------------------------------------------------
+
+  async function loadReviews() {
+    const data = await api("GET", "reviews?limit=200");
+    const items = data.reviews || [];
+    $("count-reviews").textContent = items.length ? String(items.length) : "";
+    if (state.view !== "reviews") return;
+    const box = $("reviews");
+    clear(box);
+    $("reviews-empty").hidden = items.length > 0;
+    for (const r of items) {
+      box.append(
+        el("article", { class: "review", "data-testid": "review-" + r.id, "data-id": r.id },
+          el("header", {},
+            el("a", { class: "mono", href: "#task/" + encodeURIComponent(r.id) }, r.id),
+            el("span", { class: "muted" }, " " + r.kind + " · " + r.lane + (r.tenant ? " · tenant " + r.tenant : "")),
+            el("span", { class: "age" }, "waiting " + fmtDur(r.age_ms))),
+          el("p", { class: "reason" }, r.reason),
+          r.action ? el("p", { class: "action" }, el("span", { class: "muted" }, "wants to: "), r.action) : null,
+          r.args !== undefined ? el("pre", { class: "json" }, pretty(r.args)) : null,
+          el("footer", {},
+            el("span", { class: "muted" }, r.claimed_by ? "claimed by " + r.claimed_by : "unclaimed"),
+            el("span", { class: "spacer" }),
+            el("span", { class: "admin-only" },
+              r.claimed_by ? null : el("button", { type: "button", class: "ghost small", onclick: () => reviewAct(r, "claim") }, "Claim"),
+              el("button", { type: "button", class: "small danger", "data-testid": "reject-" + r.id, onclick: () => reviewAct(r, "reject") }, "Reject"),
+              el("button", { type: "button", class: "small", "data-testid": "approve-" + r.id, onclick: () => reviewAct(r, "approve") }, "Approve"))))
+      );
+    }
+  }
+
+  async function reviewAct(r, op) {
+    let body = {};
+    if (op === "approve") {
+      const note = await ask("Approve " + r.id + "?", r.action || r.reason, "Approve", { label: "Note for the handler (optional)", optional: true });
+      if (note === null) return;
+      body = note ? { note } : {};
+    } else if (op === "reject") {
+      const reason = await ask("Reject " + r.id + "?", r.action || r.reason, "Reject", { label: "Reason" });
+      if (reason === null) return;
+      body = { reason };
+    }
+    try {
+      await api("POST", "reviews/" + encodeURIComponent(r.id) + "/" + op, body);
+      toast(op === "claim" ? "Claimed " + r.id : (op === "approve" ? "Approved " : "Rejected ") + r.id);
+      await loadReviews();
+    } catch (e) {
+      toast(op + " failed: " + e.message, true);
+    }
+  }
+
+  // ---- routing and polling ------------------------------------------
+
+  function route() {
+    const h = decodeURIComponent(location.hash.replace(/^#/, "")) || "lanes";
+    let view = h;
+    if (h.startsWith("task/")) {
+      view = "task";
+      state.taskID = h.slice(5);
+    }
+    if (!["lanes", "dead", "tasks", "task", "reviews"].includes(view)) view = "lanes";
+    state.view = view;
+    for (const s of document.querySelectorAll(".view")) s.hidden = s.dataset.view !== view;
+    for (const a of document.querySelectorAll("#tabs a")) {
+      a.classList.toggle("active", a.dataset.tab === view || (view === "task" && a.dataset.tab === "tasks"));
+    }
+    refresh(true);
+  }
+
+  async function refresh(force) {
+    if (!state.me || (state.busy && !force)) return;
+    state.busy = true;
+    try {
+      await pollLanes();
+      switch (state.view) {
+        case "lanes": renderLanes(); break;
+        case "dead": await loadDead(); break;
+        case "tasks": if (force) await loadTasks(false); break;
+        case "task": await loadTask(); break;
+      }
+      await loadReviews();
+    } catch (e) {
+      if (e.status !== 401) {
+        if (e.status === 0) setLive(false, "offline");
+        else toast(e.message, true);
+      }
+    } finally {
+      state.busy = false;
+    }
+  }
+
+  function start() {
+    clearInterval(state.timer);
+    state.timer = setInterval(() => {
+      // A modal open means the user is deciding something: keep the rows still.
+      if (!$("confirm").open && !document.hidden) refresh(false);
+    }, POLL_MS);
+    route();
+  }
+
+  document.addEventListener("DOMContentLoaded", async () => {
+    $("login-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const tok = $("token-input").value.trim();
+      if (!tok) return;
+      if (await signIn(tok)) {
+        $("token-input").value = "";
+        $("login").close();
+        start();
+      }
+    });
+    $("login").addEventListener("cancel", (ev) => ev.preventDefault());
+    $("signout").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      state.me = null;
+      clearInterval(state.timer);
+      document.body.classList.remove("signed-in", "is-admin");
+      $("whoami").textContent = "";
+      showLogin("");
+    });
+    $("dead-filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadDead().catch((e) => toast(e.message, true)); });
+    $("dead-lane").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
+    $("dead-replay-all").addEventListener("click", replayShown);
+    $("task-filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadTasks(false).catch((e) => toast(e.message, true)); });
+    $("tasks-more").addEventListener("click", () => loadTasks(true).catch((e) => toast(e.message, true)));
+    $("task-open").addEventListener("click", () => {
+      const id = $("task-open-id").value.trim();
+      if (id) location.hash = "#task/" + encodeURIComponent(id);
+    });
+    window.addEventListener("hashchange", route);
+
+    const tok = sessionStorage.getItem(TOKEN_KEY);
+    if (tok && (await signIn(tok))) start();
+    else showLogin("");
+  });
+})();
