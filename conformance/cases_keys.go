@@ -148,3 +148,88 @@ func TestOrdering(t *testing.T, h *Harness) {
 		t.Errorf("at most %d ordering keys were in flight at once; different keys must run in parallel", maxActive)
 	}
 }
+
+// FairLane and FairShards are the fair lane the Fairness case configures;
+// adapters whose test cleanup deletes lanes by name delete its shards too
+// (broker.FairShardName).
+const (
+	FairLane   = "batch"
+	FairShards = 4
+)
+
+// TestFairness: in a fair lane (broker.Options.Fair), a tenant that
+// publishes after another tenant's flood is served alongside it, not after
+// it: each receive splits its batch between the tenants' shards.
+func TestFairness(t *testing.T, h *Harness) {
+	opts := broker.Options{}
+	if h.Options != nil {
+		opts = *h.Options
+	}
+	opts.Fair = map[string]int{FairLane: FairShards}
+	b := Open(t, h, &opts)
+	flood, quiet := "tenant-flood", ""
+	for i := 0; quiet == ""; i++ {
+		if c := fmt.Sprintf("tenant-quiet-%d", i); broker.FairShard(c, FairShards) != broker.FairShard(flood, FairShards) {
+			quiet = c
+		}
+	}
+	const floodN, quietN = 200, 10
+	var msgs []*broker.Message
+	for i := 0; i < floodN; i++ {
+		m := newMsg(FairLane, "doc.analyse", strconv.Itoa(i))
+		m.Tenant = flood
+		msgs = append(msgs, m)
+	}
+	publish(t, b, msgs...)
+	msgs = msgs[:0]
+	for i := 0; i < quietN; i++ {
+		m := newMsg(FairLane, "doc.analyse", strconv.Itoa(i))
+		m.Tenant = quiet
+		msgs = append(msgs, m)
+	}
+	publish(t, b, msgs...)
+
+	floodSeen, quietSeen := 0, 0
+	deadline := time.Now().Add(60 * time.Second)
+	for quietSeen < quietN {
+		if time.Now().After(deadline) {
+			t.Fatalf("quiet tenant got %d of %d tasks after %d of the flood", quietSeen, quietN, floodSeen)
+		}
+		ds, err := b.Receive(ctxFor(t, 30*time.Second), broker.ReceiveRequest{Lane: FairLane, Max: 4, Lease: 30 * time.Second, Wait: time.Second})
+		if err != nil {
+			t.Fatalf("receive: %v", err)
+		}
+		for _, d := range ds {
+			if d.Tenant == quiet {
+				quietSeen++
+			} else {
+				floodSeen++
+			}
+			if got := b.LaneOf(d.Lane); got != FairLane {
+				t.Fatalf("delivery from %s belongs to lane %s, want %s", d.Lane, got, FairLane)
+			}
+		}
+		if len(ds) > 0 {
+			ack(t, b, ds...)
+		}
+	}
+	t.Logf("flood tasks received before the quiet tenant's last: %d (a FIFO lane: %d)", floodSeen, floodN)
+	// Evenly split batches give about quietN; allow for brokers whose
+	// receives return short batches, but far below the FIFO's floodN.
+	if floodSeen > 3*quietN {
+		t.Errorf("%d flood tasks were received before the quiet tenant's %d; want at most %d", floodSeen, quietN, 3*quietN)
+	}
+	st, err := b.Stats(ctxFor(t, 30*time.Second), FairLane)
+	if err != nil {
+		t.Fatalf("stats: %v", err)
+	}
+	if left := int64(floodN - floodSeen); st.Ready+st.Delayed+st.InFlight != left {
+		t.Logf("stats of the fair lane: %+v; want %d ready (approximate on some brokers)", st, left)
+	}
+	// Drain the rest so nothing is left behind, and check none is lost.
+	rest := receiveN(t, b, FairLane, floodN-floodSeen, 30*time.Second, 60*time.Second)
+	ack(t, b, rest...)
+	if len(rest) != floodN-floodSeen {
+		t.Fatalf("drained %d of the flood's remaining %d", len(rest), floodN-floodSeen)
+	}
+}

@@ -68,6 +68,7 @@ var Cases = []Case{
 	{"MaxAttempts", TestMaxAttempts},
 	{"Dedup", TestDedup},
 	{"Ordering", TestOrdering},
+	{"Fairness", TestFairness},
 	{"Delay", TestDelay},
 	{"LongDelayHeld", TestLongDelayHeld},
 	{"LongNackHeld", TestLongNackHeld},

@@ -12,7 +12,8 @@ import (
 
 // conformanceLanes are the lanes the suite uses; their queues are deleted
 // after each case.
-var conformanceLanes = []string{"interactive", "batch", "scheduled", "human-review", "never-used"}
+var conformanceLanes = []string{"interactive", "batch", "scheduled", "human-review", "never-used",
+	"batch:fair-1", "batch:fair-2", "batch:fair-3"} // the Fairness case's shards
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) *conformance.Harness {
