@@ -44,6 +44,13 @@ type Config struct {
 	// steps are not recomputed and confirmed effects not repeated.
 	// Defaults to nil: broker-level guarantees only.
 	Ledger ledger.Ledger
+	// ControlInterval is how often, with a ledger that implements
+	// ledger.LaneControls, the scheduler reads the lanes paused through the
+	// ledger (by an operator, from any process) and applies them: a lane
+	// is paused while Pause or the ledger says so. A failed read is logged
+	// and observed (EventControlFailed) and the last known pauses stay.
+	// Defaults to 1s.
+	ControlInterval time.Duration
 	// Retention, with a ledger, prunes tasks that finished (completed,
 	// failed, dead, rejected, cancelled) longer ago than this, with their
 	// attempts, steps, effects and events, checking every PruneEvery.
@@ -95,6 +102,9 @@ func (c *Config) WithDefaults() *Config {
 		o.PollWait = time.Second
 	}
 	o.Retry = o.Retry.WithDefaults()
+	if o.ControlInterval <= 0 {
+		o.ControlInterval = time.Second
+	}
 	if o.PruneEvery <= 0 {
 		o.PruneEvery = 10 * time.Minute
 	}
@@ -157,6 +167,10 @@ type Job struct {
 	// Review is the reviewer's decision when the task resumed after
 	// AwaitApproval (nil otherwise).
 	Review *Review
+	// Sandbox reports a sandbox replay (a copy of a dead letter made by
+	// switchyard's Client.ReplaySandbox): steps run, but Effect records
+	// each effect as ledger.EffectWouldDo and does not perform it.
+	Sandbox bool
 }
 
 // Review is a reviewer's decision on a task that awaited approval.

@@ -51,8 +51,11 @@ type laneState struct {
 	def     lanes.Lane
 	buf     []*task // received, not started
 	running int     // slots in use
-	paused  bool
-	more    chan struct{} // room in buf, or resumed
+	paused  bool    // by Pause, in this process
+	// ledgerPaused: paused through the ledger (ledger.LaneControls), as of
+	// the last poll. The lane is paused while either is set.
+	ledgerPaused bool
+	more         chan struct{} // room in buf, or resumed
 
 	// Recent task durations, for the policy's lending rule (LaneState.P90).
 	durs  [durWindow]time.Duration
@@ -171,8 +174,16 @@ func (s *Scheduler) Broker() *broker.Broker { return s.b }
 func (s *Scheduler) Config() Config { return *s.cfg }
 
 // Start begins pulling and running tasks. It returns at once; ctx bounds
-// nothing after Start returns (use Stop).
+// nothing after Start returns (use Stop). With a ledger that implements
+// ledger.LaneControls, Start first reads the lanes paused there (a failure
+// is logged, not fatal), so a lane paused by an operator starts paused.
 func (s *Scheduler) Start(ctx context.Context) error {
+	lc := s.laneControls()
+	if lc != nil {
+		if err := s.pollControls(ctx, lc); err != nil {
+			s.cfg.Logger.Warn("switchyard: reading lane pauses from the ledger failed; polling again every ControlInterval", "error", err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -201,6 +212,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.loopWG.Add(2)
 	go s.dispatch()
 	go s.heartbeat()
+	if lc != nil {
+		s.loopWG.Add(1)
+		go s.controls(lc)
+	}
 	if s.cfg.Ledger != nil && s.cfg.Retention > 0 {
 		s.loopWG.Add(1)
 		go s.prune()
@@ -208,10 +223,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	return nil
 }
 
-// Pause stops lane from getting new slots; its running tasks finish.
+// Pause stops lane from getting new slots; its running tasks finish. It
+// acts in this process only; a pause through the ledger
+// (ledger.LaneControls) reaches every scheduler sharing it.
 func (s *Scheduler) Pause(lane string) error { return s.setPaused(lane, true) }
 
-// Resume undoes Pause.
+// Resume undoes Pause. A lane also paused through the ledger stays paused
+// until it is resumed there too.
 func (s *Scheduler) Resume(lane string) error { return s.setPaused(lane, false) }
 
 func (s *Scheduler) setPaused(lane string, p bool) error {
@@ -245,7 +263,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
-		paused := l.paused
+		paused := l.isPaused()
 		s.mu.Unlock()
 		if room <= 0 || paused {
 			select {
@@ -317,7 +335,7 @@ func (s *Scheduler) dispatch() {
 			states = states[:0]
 			for _, name := range s.order {
 				l := s.lanes[name]
-				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.paused, P90: l.p90}
+				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.isPaused(), P90: l.p90}
 				if len(l.buf) > 0 {
 					h := l.buf[0].d
 					st.OldestReady = h.EnqueuedAt
