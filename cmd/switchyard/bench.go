@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	window := fs.Duration("window", 30*time.Second, "lanes: the measured window of each scenario phase")
 	only := fs.String("only", "", "lanes: run only scenarios whose name contains this (S1, S2, S3, S4)")
 	prefetch := fs.Int("prefetch", 0, "lanes: the server's per-lane prefetch (default: the scheduler's)")
+	fair := fs.Int("fair", 0, "lanes: shards of the fair batch lane (0: 8 in S4, none elsewhere; -1: a plain FIFO lane)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return errUsage
@@ -41,7 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 				continue
 			}
 			fmt.Fprintf(stderr, "running %s (%s window, plus the idle baseline)…\n", sc.Name, *window)
-			r, err := lanesbench.Run(ctx, *url, sc, &lanesbench.Options{Duration: *window, Prefetch: *prefetch})
+			r, err := lanesbench.Run(ctx, *url, sc, &lanesbench.Options{Duration: *window, Prefetch: *prefetch, FairShards: *fair})
 			if err != nil {
 				return err
 			}

@@ -47,24 +47,17 @@
 // reserves no slot (the issue reserves only interactive's 2, so batch
 // competes for the other 6). interactive keeps weight 100, promotion age
 // 500 ms and wait objective 100 ms; batch keeps weight 1, promotion age 2 s
-// and a minimum share of 5 %; human-review stays manual. The runtime does
-// not yet pass observed task durations (LaneState.P90) to the policy, so
-// no reserved slot is ever lent, and it does not yet queue a lane by
-// tenant (lanes.Fair exists but is not wired): a lane's tasks start in the
-// broker's order, so S4 measures FIFO across tenants.
+// and a minimum share of 5 %; human-review stays manual. The runtime
+// passes each lane's observed task duration (p90) to the policy, so the
+// batch lane may borrow interactive's idle reserved slots for tasks short
+// against interactive's wait objective.
 //
-// What wiring lanes.Fair would change in S4: the scheduler buffers only
-// Prefetch (2) received tasks per lane, and every driver's Receive returns
-// a lane's tasks oldest first, so the quiet tenant's tasks reach the
-// scheduler only after the noisy tenant's 10,000. A Fair queue over that
-// buffer alone would change nothing measurable. The fair choice has to be
-// made where the backlog is: a Receive that takes the next task round-robin
-// across tenants (the embedded broker can do it in its query; SQS FIFO
-// message groups per tenant interleave natively), or one physical queue per
-// tenant of a lane with lanes.Fair choosing which to receive from. Then the
-// quiet tenant's tasks alternate with the noisy ones and its p99 is about
-// twice its idle baseline (lanes' TestSim_S4Tenants), instead of waiting
-// behind the whole flood.
+// In S4 the batch lane is fair between tenants (Options.FairShards,
+// broker.Options.Fair): it is split into 8 shard queues by tenant and the
+// runtime's receives take from the non-empty shards in turn, so the quiet
+// tenant's tasks start alongside the noisy tenant's backlog instead of
+// behind it ("noisy" and "quiet" hash to different shards). FairShards -1
+// measures the plain FIFO lane for comparison.
 //
 // # Running it
 //

@@ -98,6 +98,11 @@ type Options struct {
 	// (and S4 quiet) tasks enqueued in it to start before measuring.
 	// Defaults to 2s.
 	Grace time.Duration
+	// FairShards makes the batch lane fair between tenants with that many
+	// shards (broker.Options.Fair). 0 means 8 in scenarios with two tenants
+	// (S4) and a plain lane otherwise; a negative value means a plain lane
+	// always (S4 then measures FIFO across tenants).
+	FairShards int
 	// Logger receives the runtime's logs. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -304,7 +309,14 @@ func runPhase(ctx context.Context, brokerURL string, s Scenario, o Options, with
 		return ph, err
 	}
 	defer cleanup()
-	b, err := broker.Open(ctx, u, &broker.Options{Logger: o.Logger})
+	bo := &broker.Options{Logger: o.Logger}
+	if n := o.FairShards; n > 1 || n == 0 && s.QuietTasks > 0 {
+		if n == 0 {
+			n = 8
+		}
+		bo.Fair = map[string]int{lanes.Batch: n}
+	}
+	b, err := broker.Open(ctx, u, bo)
 	if err != nil {
 		return ph, err
 	}

@@ -15,6 +15,7 @@ var (
 	flagBroker   = flag.String("lanes.broker", "", "broker URL for BenchmarkLanes (default: embedded broker in a temp file)")
 	flagPrefetch = flag.Int("lanes.prefetch", 0, "per-lane prefetch of the server (default: the scheduler's)")
 	flagOnly     = flag.String("lanes.only", "", "run only the scenario whose name starts with this (e.g. S3)")
+	flagFair     = flag.Int("lanes.fair", 0, "shards of the fair batch lane (0: 8 in S4, none elsewhere; -1: none)")
 )
 
 // BenchmarkLanes runs S1–S4 once each (b.N is ignored: use -benchtime 1x)
@@ -29,7 +30,7 @@ func BenchmarkLanes(b *testing.B) {
 		if !strings.HasPrefix(s.Name, *flagOnly) {
 			continue
 		}
-		r, err := Run(ctx, *flagBroker, s, &Options{Duration: *flagDuration, Prefetch: *flagPrefetch})
+		r, err := Run(ctx, *flagBroker, s, &Options{Duration: *flagDuration, Prefetch: *flagPrefetch, FairShards: *flagFair})
 		if err != nil {
 			b.Fatal(err)
 		}
