@@ -39,6 +39,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
@@ -83,7 +84,8 @@ type EnqueueOpts struct {
 	// MaxAttempts overrides the retry policy's limit for this task.
 	MaxAttempts int
 	// Metadata is small string data kept with the task (in message headers
-	// and the ledger).
+	// and the ledger). Keys starting with "switchyard-" are reserved for the
+	// framework (a sandbox copy's scheduler.MetaSandboxOf, say) and refused.
 	Metadata map[string]string
 }
 
@@ -128,6 +130,9 @@ func NewClient(b *broker.Broker, cfg *ClientConfig) (*Client, error) {
 // Headers used for task metadata.
 const metaPrefix = "meta-"
 
+// reservedPrefix starts the framework's header and metadata names.
+const reservedPrefix = "switchyard-"
+
 // Enqueue publishes one task. With a ledger, the task is recorded first and
 // a duplicate idempotency key returns the existing task (and publishes
 // again only if that task never left the queued state, so an Enqueue whose
@@ -137,6 +142,11 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		return nil, broker.Invalidf("switchyard: nil task args")
 	}
 	o := mergeOpts(args, opts)
+	for k := range o.Metadata {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return nil, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)
+		}
+	}
 	body, err := json.Marshal(args)
 	if err != nil {
 		return nil, broker.KindError("enqueue", broker.Permanent, broker.ErrInvalid, "encode %s args: %v", args.Kind(), err)
@@ -419,7 +429,9 @@ type EffectOpts = scheduler.EffectOpts
 
 // Effect performs a side effect at most once per task once confirmed, and
 // reconciles one whose outcome is unknown before repeating it; see
-// scheduler.Effect. Its result is stored as JSON.
+// scheduler.Effect. Its result is stored as JSON. In a sandbox replay
+// (Client.ReplaySandbox) do does not run: the effect is recorded as
+// would_do and Effect returns T's zero value and a nil error.
 func Effect[T any](ctx context.Context, key string, do func(ctx context.Context) (T, error), opts *EffectOpts) (T, error) {
 	var out T
 	b, err := scheduler.Effect(ctx, key, func(ctx context.Context) ([]byte, error) {

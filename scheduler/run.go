@@ -20,6 +20,17 @@ const (
 	// HeaderReview carries a reviewer's decision (JSON Review) into a task
 	// resumed after AwaitApproval.
 	HeaderReview = "switchyard-review"
+	// HeaderSandbox marks a sandbox replay; its value is the ID of the dead
+	// letter the task copies. Such a task runs with Job.Sandbox set: its
+	// steps run, its effects are recorded as ledger.EffectWouldDo and not
+	// performed. Only switchyard's Client.ReplaySandbox sets it (Enqueue
+	// cannot: its headers are its own and metadata travels as "meta-*").
+	HeaderSandbox = "switchyard-sandbox"
+	// MetaSandboxOf is the ledger metadata key naming the original of a
+	// sandbox copy. With a ledger, a task whose record carries it runs in
+	// sandbox mode even if a re-publish (an approval after review, say)
+	// dropped HeaderSandbox: a sandbox copy never performs an effect.
+	MetaSandboxOf = "switchyard-sandbox-of"
 )
 
 // opTimeout bounds each broker and ledger call the runtime makes after a
@@ -66,6 +77,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		}
 		job.Task, job.Attempt, attempt = task, n, n
 	}
+	job.Sandbox = d.Headers[HeaderSandbox] != "" || job.Task != nil && job.Task.Metadata[MetaSandboxOf] != ""
 	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt})
 
 	hctx := ctx
@@ -79,7 +91,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		hctx, c = context.WithDeadline(hctx, dl)
 		defer c()
 	}
-	rs := &runState{s: s, task: d.ID, attempt: attempt}
+	rs := &runState{s: s, task: d.ID, attempt: attempt, sandbox: job.Sandbox}
 	hctx = context.WithValue(hctx, runKey{}, rs)
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)

@@ -16,6 +16,7 @@ type runState struct {
 	s       *Scheduler
 	task    string
 	attempt int
+	sandbox bool // Job.Sandbox: effects are recorded, not performed
 }
 
 func stateOf(ctx context.Context) *runState {
@@ -86,10 +87,18 @@ type EffectOpts struct {
 // may have cut it off after it happened), which leave it unknown.
 //
 // Without a ledger, do always runs.
+//
+// In a sandbox replay (Job.Sandbox), do never runs: the effect is recorded
+// as ledger.EffectWouldDo for the attempt that reached it, and Effect
+// returns a nil result and a nil error (without a ledger it records
+// nothing and returns the same).
 func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byte, error), opts *EffectOpts) ([]byte, error) {
 	rs := stateOf(ctx)
 	if rs == nil {
 		return nil, ErrNotInTask
+	}
+	if rs.sandbox {
+		return sandboxEffect(ctx, rs, key)
 	}
 	L := rs.s.cfg.Ledger
 	if L == nil {
@@ -151,4 +160,30 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 		return nil, UnknownOutcome(fmt.Errorf("effect %s: recording confirmation: %w", key, err))
 	}
 	return result, nil
+}
+
+// sandboxEffect records key as would_do instead of performing it.
+func sandboxEffect(ctx context.Context, rs *runState, key string) ([]byte, error) {
+	L := rs.s.cfg.Ledger
+	if L == nil {
+		rs.s.cfg.Logger.Debug("switchyard: sandbox effect not performed (no ledger to record it)", "task", rs.task, "effect", key)
+		return nil, nil
+	}
+	e, begun, err := L.BeginEffect(ctx, rs.task, key, rs.attempt)
+	if err != nil {
+		return nil, fmt.Errorf("effect %s: %w", key, err)
+	}
+	switch {
+	case !begun && e.State == ledger.EffectWouldDo:
+		return nil, nil
+	case !begun && e.State == ledger.EffectConfirmed:
+		// Recorded as done (not by this sandbox run): report it, do nothing.
+		return e.Result, nil
+	}
+	// Begun now, or left pending by an attempt that stopped before
+	// recording would_do.
+	if err := L.SetEffect(ctx, rs.task, key, ledger.EffectWouldDo, nil); err != nil {
+		return nil, fmt.Errorf("effect %s: recording would_do: %w", key, err)
+	}
+	return nil, nil
 }
