@@ -19,6 +19,11 @@
 // running ─► running is legal: a redelivery after a crashed worker starts a
 // new attempt of a task the ledger still shows as running.
 //
+// # Optional interfaces
+//
+// LaneControls stores lane pauses that every process sharing the ledger
+// sees; both stores implement it.
+//
 // # Stores
 //
 // ledger/sqlite (pure Go, WAL; the embedded default) and ledger/postgres

@@ -38,6 +38,24 @@
 // anything repeats it. The ledger is written before the broker is settled,
 // so a crash between the two leaves a redelivery that the ledger absorbs.
 //
+// # Pausing lanes
+//
+// Pause and Resume act in this process. With a ledger that implements
+// ledger.LaneControls, the scheduler also reads the lanes paused there (by
+// an operator, from any process) at Start and every
+// Config.ControlInterval; a lane is paused while either says so. A paused
+// lane receives nothing new and starts nothing; its running tasks finish.
+// A failed read is logged and observed (EventControlFailed) and the last
+// known pauses stay in force.
+//
+// # Sandbox replays
+//
+// A delivery carrying HeaderSandbox (or, with a ledger, whose task record
+// carries MetaSandboxOf) runs with Job.Sandbox set: the handler and its
+// steps run as usual, but Effect records each effect as
+// ledger.EffectWouldDo and returns nil without calling do. Everything else
+// — retries, dead-lettering, unknown kinds — is as for any task.
+//
 // # Shutdown
 //
 // Stop stops fetching, returns unstarted deliveries without spending an
