@@ -22,8 +22,9 @@
 //
 // With a ledger, every state-changing operation writes an event naming its
 // Actor to the affected task's log: "replayed" and "moved" (the task goes
-// from dead back to queued), "purged" (the task stays dead), "lane_paused"
-// and friends are recorded by the runtime's lane controls.
+// from dead back to queued), "purged" (the task stays dead), and sandbox
+// replays ("sandbox_replayed"). Lane pauses are kept in the ledger with who
+// paused the lane and since when.
 //
 // # Scope
 //

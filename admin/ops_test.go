@@ -29,6 +29,12 @@ type env struct {
 
 func newEnv(t *testing.T, withLedger bool) *env {
 	t.Helper()
+	return newEnvURL(t, "embedded://"+filepath.Join(t.TempDir(), "q.db"), withLedger, nil)
+}
+
+// newEnvURL is newEnv on the broker at rawURL, showing lanes.
+func newEnvURL(t *testing.T, rawURL string, withLedger bool, lanes []string) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	dir := t.TempDir()
@@ -42,13 +48,13 @@ func newEnv(t *testing.T, withLedger bool) *env {
 		t.Cleanup(func() { L.Close() })
 		e.L, opts.Dedup = L, L
 	}
-	b, err := broker.Open(ctx, "embedded://"+filepath.Join(dir, "q.db"), opts)
+	b, err := broker.Open(ctx, rawURL, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
 	e.b = b
-	e.ops, err = New(Config{Broker: b, Ledger: e.L, Kinds: map[string]KindSpec{
+	e.ops, err = New(Config{Broker: b, Ledger: e.L, Lanes: lanes, Kinds: map[string]KindSpec{
 		"pdf.parse": {},
 		"mail.send": {Lane: "interactive", Validate: func(a json.RawMessage) error {
 			var v struct{ To string }
@@ -663,5 +669,29 @@ func TestOps_Ready(t *testing.T) {
 	e.b.Close()
 	if err := e.ops.Ready(e.ctx); err == nil {
 		t.Error("ready with a closed broker")
+	}
+}
+
+func TestOps_ReplaySandbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, true)
+	id := e.enqueue("batch", "acme", `{"doc":"d1"}`)
+	e.kill("batch", broker.ReasonPermanent)
+	if _, err := e.ops.ReplaySandbox(e.ctx, Scope{Tenant: "globex"}, "batch", id, "token:ci"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("another tenant's sandbox replay: %v", err)
+	}
+	if _, err := e.ops.ReplaySandbox(e.ctx, Scope{}, "batch", "nosuch", "token:ci"); !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("unknown dead letter: %v", err)
+	}
+	sid, err := e.ops.ReplaySandbox(e.ctx, Scope{Tenant: "acme"}, "", id, "operator:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyTask, err := e.L.Get(e.ctx, sid)
+	if err != nil || sid == id || string(copyTask.Args) != `{"doc":"d1"}` || copyTask.Tenant != "acme" {
+		t.Errorf("sandbox copy: %+v %v", copyTask, err)
+	}
+	if s := e.stats("batch"); s.DeadLettered != 1 || s.Ready != 1 || e.state(id) != ledger.Dead {
+		t.Errorf("after sandbox replay: %+v, original %s", s, e.state(id))
 	}
 }

@@ -5,43 +5,33 @@ import (
 	"errors"
 
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/ledger"
 )
 
 // PauseLane stops every server on this ledger from starting tasks of lane
 // (within about a second); running tasks finish. ResumeLane undoes it.
-// Both need a ledger whose store keeps lane controls (ErrNoLedger
-// otherwise) and record who did it.
+// Both need a ledger that keeps lane controls (ErrNoLedger without a
+// ledger) and record who did it with the pause.
 func (o *Ops) PauseLane(ctx context.Context, lane string, who Actor) error {
-	return o.setPaused(ctx, lane, true, who)
+	return o.client.PauseLane(ctx, lane, who.String())
 }
 
 // ResumeLane lets servers start tasks of lane again.
 func (o *Ops) ResumeLane(ctx context.Context, lane string, who Actor) error {
-	return o.setPaused(ctx, lane, false, who)
+	return o.client.ResumeLane(ctx, lane, who.String())
 }
 
-func (o *Ops) setPaused(ctx context.Context, lane string, paused bool, who Actor) error {
-	if err := broker.ValidateName("lane", lane); err != nil {
-		return err
-	}
-	lc, ok := o.cfg.Ledger.(ledger.LaneControls)
-	if !ok {
-		return ErrNoLedger
-	}
-	return lc.SetLanePaused(ctx, lane, paused, who.String())
-}
-
-// pausedLanes maps each paused lane to who paused it; empty without lane
-// controls.
+// pausedLanes maps each paused lane to who paused it; empty without a
+// ledger or when the ledger keeps no lane controls.
 func (o *Ops) pausedLanes(ctx context.Context) (map[string]string, error) {
 	out := map[string]string{}
-	lc, ok := o.cfg.Ledger.(ledger.LaneControls)
-	if !ok {
+	if o.cfg.Ledger == nil {
 		return out, nil
 	}
-	ps, err := lc.PausedLanes(ctx)
+	ps, err := o.client.PausedLanes(ctx)
 	if err != nil {
+		if isUnsupported(err) {
+			return out, nil
+		}
 		return nil, err
 	}
 	for _, p := range ps {
@@ -51,5 +41,7 @@ func (o *Ops) pausedLanes(ctx context.Context) (map[string]string, error) {
 }
 
 func (o *Ops) replaySandbox(ctx context.Context, lane, id string, who Actor) (string, error) {
-	return "", errors.New("admin: sandbox replay is not available yet")
+	return o.client.ReplaySandbox(ctx, lane, id, who.String())
 }
+
+func isUnsupported(err error) bool { return errors.Is(err, broker.ErrUnsupported) }
