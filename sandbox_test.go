@@ -302,3 +302,60 @@ func hasEvent(evs []ledger.Event, reason, actor, detailHas string) bool {
 	}
 	return false
 }
+
+// TestClient_ReplaySandboxThroughReview: a sandbox copy that waits for a
+// reviewer stays a sandbox copy after approval (the approval re-publishes
+// it without the sandbox header; the ledger record still marks it).
+func TestClient_ReplaySandboxThroughReview(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, b, c := withLedger(t)
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond})
+	var charges atomic.Int32
+	var sandboxRuns atomic.Int32
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[chargeArgs]) error {
+		if !tk.Job.Sandbox {
+			return switchyard.Permanent(errors.New("declined"))
+		}
+		sandboxRuns.Add(1)
+		if tk.Review == nil {
+			return switchyard.AwaitApproval("large charge", "charge "+tk.Args.Order)
+		}
+		_, err := switchyard.Effect(ctx, "charge-card", func(ctx context.Context) (string, error) {
+			charges.Add(1)
+			return "ch", nil
+		}, nil)
+		return err
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	r, err := c.Enqueue(ctx, chargeArgs{Order: "O-10"}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		s, err := b.Stats(ctx, "interactive")
+		return err == nil && s.DeadLettered == 1
+	})
+	sid, err := c.ReplaySandbox(ctx, "interactive", r.ID, "operator:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, sid)
+		return err == nil && info.Task.State == ledger.AwaitingReview
+	})
+	if err := c.Approve(ctx, sid, "bob", "go ahead"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, sid)
+		return err == nil && info.Task.State == ledger.Completed
+	})
+	info, _ := c.Task(ctx, sid)
+	if charges.Load() != 0 || len(info.Effects) != 1 || info.Effects[0].State != ledger.EffectWouldDo || sandboxRuns.Load() != 2 {
+		t.Errorf("after approval: %d charges, effects %+v, %d sandbox runs; want 0, one would_do, 2", charges.Load(), info.Effects, sandboxRuns.Load())
+	}
+}
