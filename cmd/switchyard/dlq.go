@@ -1,146 +1,287 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"flag"
+	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/ledger"
 )
 
-const dlqUsage = `usage: switchyard dlq <ls|replay> --broker URL --lane LANE [flags]
-  ls       list dead letters with their reasons (they stay in the queue)
-  replay   move dead letters back to the live lane (asks first unless --yes);
-           with --ledger, their tasks go back to queued so they run again`
+const dlqUsage = `usage: switchyard dlq <ls|show|replay|move|purge> --broker URL [--ledger DSN] [filters] [flags]
+  ls                 list dead letters with their reasons (they stay in the queue)
+  show ID            one dead letter: reason, error, attempt history, arguments
+  replay             move the selected dead letters back to their live lane;
+                     with --ledger, their tasks go back to queued so they run again
+  move --to LANE     publish the selected dead letters to another lane's live queue
+  purge              delete the selected dead letters for good
+filters: --lane L (default: every lane), --kind K, --tenant T, --reason R, --id ID (repeatable)
+replay, move and purge show what they would affect and ask first unless --yes.`
 
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprintln(stderr, dlqUsage)
 		return errUsage
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("broker", "", "broker URL (required)")
-	lane := fs.String("lane", "", "lane (required)")
-	dsn := fs.String("ledger", "", "ledger DSN (replay: move the tasks back to queued too)")
-	limit := fs.Int("limit", 50, "most dead letters to list or replay (replay: 0 = all)")
-	yes := fs.Bool("yes", false, "replay without asking")
-	asJSON := fs.Bool("json", false, "print JSON (ls)")
-	actor := fs.String("actor", "", "who is replaying, for the ledger's event log (default: $USER)")
-	pos, err := parseInterspersed(fs, args[1:])
+	switch sub {
+	case "ls", "show", "replay", "move", "purge":
+	default:
+		fmt.Fprintf(stderr, "unknown dlq command %q\n%s\n", sub, dlqUsage)
+		return errUsage
+	}
+	c := newOpsCmd("dlq "+sub, dlqUsage, stderr)
+	var f admin.DeadFilter
+	var ids listFlag
+	c.fs.StringVar(&f.Lane, "lane", "", "only this lane (default: every lane)")
+	c.fs.StringVar(&f.Kind, "kind", "", "only this kind")
+	c.fs.StringVar(&f.Tenant, "tenant", "", "only this tenant")
+	reason := c.fs.String("reason", "", "only this reason ("+reasonList()+")")
+	c.fs.Var(&ids, "id", "only this task ID (repeatable, or comma-separated)")
+	limit := c.fs.Int("limit", 50, "most dead letters to list (ls, at most 1000), or to act on (replay, move, purge: 0 = every match)")
+	yes := c.fs.Bool("yes", false, "replay, move or purge without asking")
+	to := c.fs.String("to", "", "target lane (move; required)")
+	npos := 0
+	if sub == "show" {
+		npos = 1
+	}
+	pos, err := c.parse(args[1:], npos, false, stderr)
 	if err != nil {
-		return errUsage
-	}
-	if (sub != "ls" && sub != "replay") || len(pos) != 0 || *url == "" || *lane == "" || *limit < 0 {
-		fmt.Fprintln(stderr, dlqUsage)
-		return errUsage
-	}
-	if err := broker.ValidateName("lane", *lane); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	f.Reason, f.IDs = broker.Reason(*reason), ids
+	if *limit < 0 {
+		return fmt.Errorf("--limit must be 0 or more")
+	}
+	if sub == "move" && *to == "" {
+		fmt.Fprintf(stderr, "missing required flag --to\n%s\n", dlqUsage)
+		return errUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
 	defer cancel()
-	var L ledger.Ledger
-	if *dsn != "" {
-		if L, err = ledger.Open(ctx, *dsn); err != nil {
-			return err
-		}
-		defer L.Close()
-	}
-	opts := &broker.Options{}
-	if L != nil {
-		opts.Dedup = L
-	}
-	b, err := broker.Open(ctx, *url, opts)
+	ops, done, err := c.open(ctx, admin.Config{})
 	if err != nil {
 		return err
 	}
-	defer b.Close()
+	defer done()
 
-	if sub == "ls" {
-		ds, err := b.Receive(ctx, broker.ReceiveRequest{Lane: *lane, Max: max(*limit, 1), Lease: 5 * time.Second, DeadLetters: true})
+	switch sub {
+	case "ls":
+		f.Limit = min(*limit, 1000)
+		if f.Limit == 0 {
+			f.Limit = 1000
+		}
+		items, err := ops.DeadLetters(ctx, admin.Scope{}, f)
 		if err != nil {
 			return err
 		}
-		// Listing must not take them: give each back at once.
-		for _, d := range ds {
-			_ = b.Nack(ctx, d, 0)
+		if *c.asJSON {
+			return writeJSON(stdout, deadJSON(items, false))
 		}
-		if *asJSON {
-			type row struct {
-				ID       string `json:"id"`
-				Kind     string `json:"kind"`
-				Tenant   string `json:"tenant"`
-				Reason   string `json:"reason"`
-				Error    string `json:"error"`
-				Attempts int    `json:"attempts"`
-				At       string `json:"dead_at"`
-			}
-			out := make([]row, 0, len(ds))
-			for _, d := range ds {
-				dl := d.DeadLetter
-				out = append(out, row{d.ID, d.Kind, d.Tenant, string(dl.Reason), dl.Error, len(dl.Attempts), dl.At.UTC().Format(time.RFC3339)})
-			}
-			return writeJSON(stdout, out)
+		printDead(stdout, items)
+		return nil
+	case "show":
+		it, err := ops.DeadLetter(ctx, admin.Scope{}, f.Lane, pos[0])
+		if err != nil {
+			return err
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "TASK\tKIND\tTENANT\tREASON\tATTEMPTS\tDEAD FOR\tERROR")
-		for _, d := range ds {
-			dl := d.DeadLetter
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.Kind, dash(d.Tenant), dl.Reason, len(dl.Attempts), age(time.Since(dl.At)), oneLine(dl.Error, 80))
+		if *c.asJSON {
+			return writeJSON(stdout, deadJSON([]admin.DeadItem{*it}, true)[0])
 		}
-		return tw.Flush()
-	}
-
-	s, err := b.Stats(ctx, *lane)
-	if err != nil {
-		return err
-	}
-	n := int(s.DeadLettered)
-	if *limit > 0 {
-		n = min(n, *limit)
-	}
-	if n == 0 {
-		fmt.Fprintf(stdout, "no dead letters in %s\n", *lane)
+		printDeadItem(stdout, it)
 		return nil
 	}
-	if !*yes && !confirm(stderr, fmt.Sprintf("replay %d dead letter(s) of lane %s? [y/N] ", n, *lane)) {
-		return fmt.Errorf("not confirmed; nothing replayed")
+
+	// replay, move, purge: show what they would affect, ask, act.
+	if sub == "move" {
+		if err := broker.ValidateName("target lane", *to); err != nil {
+			return err
+		}
 	}
-	who := *actor
-	if who == "" {
-		who = os.Getenv("USER")
+	f.Max = *limit
+	preview := f
+	preview.Limit = 1000
+	if f.Max > 0 {
+		preview.Limit = min(f.Max, 1000)
 	}
-	c, err := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	items, err := ops.DeadLetters(ctx, admin.Scope{}, preview)
 	if err != nil {
 		return err
 	}
-	done, err := c.ReplayDead(ctx, *lane, *limit, "operator:"+who)
-	fmt.Fprintf(stdout, "replayed %d dead letter(s) of %s\n", done, *lane)
+	var missing []string
+	for _, id := range f.IDs {
+		found := false
+		for _, it := range items {
+			found = found || it.ID == id
+		}
+		if !found {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no dead letter %s%s; nothing changed", strings.Join(missing, ", "), whereLane(f.Lane))
+	}
+	if len(items) == 0 {
+		if *c.asJSON {
+			return writeJSON(stdout, reportJSON{Failed: []itemErrJSON{}})
+		}
+		fmt.Fprintf(stdout, "no dead letters match%s\n", whereLane(f.Lane))
+		return nil
+	}
+	verb := map[string]string{"replay": "replayed", "move": "moved", "purge": "purged"}[sub]
+	if !*yes {
+		printDead(stderr, items)
+		what := fmt.Sprintf("%d dead letter(s)", len(items))
+		if len(items) == preview.Limit && f.Max == 0 {
+			what = fmt.Sprintf("at least %d dead letters (every match)", len(items))
+		}
+		q := fmt.Sprintf("%s %s? [y/N] ", sub, what)
+		if sub == "move" {
+			q = fmt.Sprintf("move %s to lane %s? [y/N] ", what, *to)
+		}
+		if sub == "purge" {
+			q = fmt.Sprintf("purge %s for good? [y/N] ", what)
+		}
+		if !confirm(stderr, q) {
+			return fmt.Errorf("not confirmed; nothing %s", verb)
+		}
+	}
+	p, finish := progress(stderr, verb)
+	var rep *admin.Report
+	switch sub {
+	case "replay":
+		rep, err = ops.Replay(ctx, admin.Scope{}, f, c.who(), p)
+	case "move":
+		rep, err = ops.Move(ctx, admin.Scope{}, f, *to, c.who(), p)
+	case "purge":
+		rep, err = ops.Purge(ctx, admin.Scope{}, f, c.who(), p)
+	}
+	finish()
+	if rep != nil {
+		if *c.asJSON {
+			out := reportJSON{Done: rep.Done, Failed: []itemErrJSON{}}
+			for _, e := range rep.Failed {
+				out.Failed = append(out.Failed, itemErrJSON{e.ID, e.Err})
+			}
+			if werr := writeJSON(stdout, out); err == nil {
+				err = werr
+			}
+		} else {
+			where := strings.TrimPrefix(whereLane(f.Lane), " ")
+			if sub == "move" {
+				where = "to lane " + *to
+			}
+			fmt.Fprintf(stdout, "%s %d dead letter(s) %s\n", verb, rep.Done, where)
+			for _, e := range rep.Failed {
+				fmt.Fprintf(stdout, "  failed %s: %s\n", e.ID, e.Err)
+			}
+		}
+		if err == nil && len(rep.Failed) > 0 {
+			err = fmt.Errorf("%d dead letter(s) failed", len(rep.Failed))
+		}
+	}
 	return err
 }
 
-// confirm asks on stderr and reads y/N from standard input.
-func confirm(w io.Writer, question string) bool {
-	fmt.Fprint(w, question)
-	line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
-	a := strings.ToLower(strings.TrimSpace(line))
-	return a == "y" || a == "yes"
+func whereLane(lane string) string {
+	if lane == "" {
+		return ""
+	}
+	return " in lane " + lane
 }
 
-func oneLine(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+func reasonList() string {
+	var s []string
+	for _, r := range admin.Reasons() {
+		s = append(s, string(r))
 	}
-	return s
+	return strings.Join(s, ", ")
+}
+
+type reportJSON struct {
+	Done   int           `json:"done"`
+	Failed []itemErrJSON `json:"failed"`
+}
+
+type itemErrJSON struct {
+	ID    string `json:"id"`
+	Error string `json:"error"`
+}
+
+type attemptJSON struct {
+	Attempt         int     `json:"attempt"`
+	Start           string  `json:"start"`
+	DurationSeconds float64 `json:"duration_seconds"`
+	Class           string  `json:"class,omitempty"`
+	Error           string  `json:"error,omitempty"`
+	Worker          string  `json:"worker,omitempty"`
+}
+
+type deadOut struct {
+	ID       string        `json:"id"`
+	Lane     string        `json:"lane"`
+	Kind     string        `json:"kind"`
+	Tenant   string        `json:"tenant"`
+	Reason   string        `json:"reason"`
+	Error    string        `json:"error"`
+	Attempts int           `json:"attempts"`
+	At       string        `json:"dead_at"`
+	History  []attemptJSON `json:"history,omitempty"`
+	Args     any           `json:"args,omitempty"`
+}
+
+func deadJSON(items []admin.DeadItem, full bool) []deadOut {
+	out := make([]deadOut, 0, len(items))
+	for _, it := range items {
+		o := deadOut{ID: it.ID, Lane: it.Lane, Kind: it.Kind, Tenant: it.Tenant, Reason: string(it.Reason), Error: it.Error,
+			Attempts: len(it.Attempts), At: rfc3339(it.DeadAt)}
+		if full {
+			o.History = []attemptJSON{}
+			for _, a := range it.Attempts {
+				o.History = append(o.History, attemptJSON{a.Attempt, rfc3339(a.Start), a.Duration.Seconds(), a.Class, a.Error, a.Worker})
+			}
+			o.Args = rawOrString(it.Payload)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func printDead(w io.Writer, items []admin.DeadItem) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tLANE\tKIND\tTENANT\tREASON\tATTEMPTS\tDEAD FOR\tERROR")
+	for _, it := range items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", it.ID, it.Lane, it.Kind, dash(it.Tenant), it.Reason, len(it.Attempts), since(it.DeadAt), oneLine(it.Error, 80))
+	}
+	tw.Flush()
+}
+
+func printDeadItem(w io.Writer, it *admin.DeadItem) {
+	fmt.Fprintf(w, "task      %s\nlane      %s\nkind      %s\ntenant    %s\nreason    %s\ndead at   %s (%s ago)\nerror     %s\nargs      %s\n",
+		it.ID, it.Lane, it.Kind, dash(it.Tenant), it.Reason, rfc3339(it.DeadAt), since(it.DeadAt), dash(it.Error), dash(string(it.Payload)))
+	if len(it.Attempts) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nattempts:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  #\tSTARTED\tTOOK\tCLASS\tWORKER\tERROR")
+	for _, a := range it.Attempts {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, rfc3339(a.Start), age(a.Duration), dash(a.Class), dash(a.Worker), oneLine(a.Error, 80))
+	}
+	tw.Flush()
+}
+
+// rawOrString returns b as raw JSON when it is valid JSON, else as a string.
+func rawOrString(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	return string(b)
 }

@@ -1,15 +1,25 @@
 // Command switchyard is Switchyard's command line: a demo that needs no
-// server, queue statistics for any broker URL, and (as the project grows)
-// the operator's tools.
+// server, and the operator's tools for any broker URL, built on package
+// admin (the same operations as the admin API and the dashboard).
 //
-//	switchyard demo                  run the AI pipeline demo on the embedded broker
-//	switchyard stats --broker URL    per-lane ready / in flight / delayed / dead / oldest age
-//	switchyard review ls|show|claim|approve|reject   the human-review queue
-//	switchyard dlq ls|replay --broker URL --lane L    dead letters and replay
-//	switchyard bench embedded        throughput of the embedded broker
-//	switchyard bench lanes           the lanes benchmark, scenarios S1–S4
+//	switchyard demo                                   run the AI pipeline demo on the embedded broker
+//	switchyard stats --broker URL                     per-lane ready / in flight / delayed / dead / oldest age
+//	switchyard lanes ls|pause|resume --broker URL     lanes at a glance; pause and resume (with --ledger)
+//	switchyard tasks ls|show --broker URL --ledger DSN   tasks by state, kind, lane, tenant; one task's timeline
+//	switchyard dlq ls|show|replay|move|purge --broker URL   dead letters with their reasons, and what to do with them
+//	switchyard peek --broker URL --lane L             the next ready messages, without taking them
+//	switchyard enqueue --broker URL --kind K --args JSON   enqueue one task (arguments from stdin without --args)
+//	switchyard review ls|show|claim|approve|reject    the human-review queue
+//	switchyard migrate --from URL --to URL            move queued and dead-lettered messages between brokers
+//	switchyard bench embedded|broker|lanes            throughput and lane isolation
 //
-// Every command accepts -h for its flags.
+// The operator commands print human-readable tables by default and JSON
+// with --json. Filters: --state, --kind, --lane, --tenant, --id
+// (repeatable), --reason, --limit. Replay, move and purge show what they
+// would affect and ask first unless --yes; on a terminal they draw a
+// progress bar on stderr. Bad input (an unknown task, a bad filter, a bad
+// URL, a missing flag) is reported on stderr with a non-zero exit status,
+// and changes nothing. Every command accepts -h for its flags.
 package main
 
 import (
@@ -33,8 +43,12 @@ func commands() []command {
 	return []command{
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
+		{"lanes", "list lanes with depths and pause state; pause or resume a lane", runLanes},
+		{"tasks", "list tasks from the ledger, or show one with its timeline", runTasks},
+		{"dlq", "list, show, replay, move or purge dead letters", runDLQ},
+		{"peek", "show the next ready messages of a lane without taking them", runPeek},
+		{"enqueue", "enqueue one task with JSON arguments", runEnqueue},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
-		{"dlq", "list dead letters with their reasons, or replay them", runDLQ},
 		{"migrate", "move queued and dead-lettered messages from one broker to another", runMigrate},
 		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes)", runBench},
 	}

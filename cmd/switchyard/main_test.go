@@ -93,50 +93,6 @@ func TestCLI_Demo(t *testing.T) {
 	}
 }
 
-func TestCLI_DLQ(t *testing.T) {
-	dir := t.TempDir()
-	url := "embedded://" + filepath.Join(dir, "q.db")
-	ctx := context.Background()
-	b, err := broker.Open(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.PublishOne(ctx, &broker.Message{Lane: "batch", Kind: "pdf.parse"}); err != nil {
-		t.Fatal(err)
-	}
-	ds, _ := b.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: 1, Wait: time.Second})
-	if len(ds) != 1 {
-		t.Fatal("nothing received")
-	}
-	if err := b.DeadLetter(ctx, ds[0], &broker.DeadLetter{Reason: broker.ReasonPermanent, Error: "not a PDF"}); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	code, out, errs := runCLI(t, "dlq", "ls", "--broker", url, "--lane", "batch")
-	if code != 0 || !strings.Contains(out, "permanent_error") || !strings.Contains(out, "not a PDF") {
-		t.Fatalf("dlq ls: code %d\n%s%s", code, out, errs)
-	}
-	// Listing leaves them there; replay moves them.
-	code, out, _ = runCLI(t, "dlq", "replay", "--broker", url, "--lane", "batch", "--yes")
-	if code != 0 || !strings.Contains(out, "replayed 1") {
-		t.Fatalf("dlq replay: code %d, %q", code, out)
-	}
-	code, out, _ = runCLI(t, "dlq", "ls", "--broker", url, "--lane", "batch", "--json")
-	if code != 0 || strings.TrimSpace(out) != "[]" {
-		t.Fatalf("dlq ls after replay: code %d, %q", code, out)
-	}
-	for _, bad := range [][]string{
-		{"dlq", "ls", "--broker", url},
-		{"dlq", "ls", "--broker", url, "--lane", "bad lane"},
-		{"dlq", "purge", "--broker", url, "--lane", "batch"},
-		{"dlq", "ls", "--broker", "nosuch://x", "--lane", "batch"},
-	} {
-		if code, _, _ := runCLI(t, bad...); code == 0 {
-			t.Errorf("%v succeeded", bad)
-		}
-	}
-}
-
 func TestCLI_Migrate(t *testing.T) {
 	dir := t.TempDir()
 	from := "embedded://" + filepath.Join(dir, "a.db") + "?namespace=app"

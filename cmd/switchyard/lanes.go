@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+const lanesUsage = `usage: switchyard lanes <ls|pause|resume> --broker URL [--ledger DSN] [flags]
+  ls            every lane at a glance: depths, oldest ready age against its objective,
+                pause state (with --ledger)
+  pause LANE    stop every server on this ledger from starting tasks of LANE (needs --ledger);
+                running tasks finish
+  resume LANE   let them start tasks of LANE again (needs --ledger)`
+
+func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, lanesUsage)
+		return errUsage
+	}
+	sub := args[0]
+	switch sub {
+	case "ls", "pause", "resume":
+	default:
+		fmt.Fprintf(stderr, "unknown lanes command %q\n%s\n", sub, lanesUsage)
+		return errUsage
+	}
+	c := newOpsCmd("lanes "+sub, lanesUsage, stderr)
+	var laneList listFlag
+	c.fs.Var(&laneList, "lanes", "lanes to show when the broker cannot list its own (comma-separated; default: the four default lanes)")
+	npos := 1
+	if sub == "ls" {
+		npos = 0
+	}
+	pos, err := c.parse(args[1:], npos, sub != "ls", stderr)
+	if err != nil {
+		return err
+	}
+	if sub != "ls" {
+		if err := broker.ValidateName("lane", pos[0]); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
+	defer cancel()
+	ops, done, err := c.open(ctx, admin.Config{Lanes: laneList})
+	if err != nil {
+		return err
+	}
+	defer done()
+	switch sub {
+	case "pause":
+		if err := ops.PauseLane(ctx, pos[0], c.who()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "paused lane %s: servers on this ledger start none of its tasks until it is resumed\n", pos[0])
+		return nil
+	case "resume":
+		if err := ops.ResumeLane(ctx, pos[0], c.who()); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "resumed lane %s\n", pos[0])
+		return nil
+	}
+	ls, err := ops.Lanes(ctx)
+	if err != nil {
+		return err
+	}
+	if *c.asJSON {
+		type row struct {
+			Lane             string  `json:"lane"`
+			Ready            int64   `json:"ready"`
+			InFlight         int64   `json:"in_flight"`
+			Delayed          int64   `json:"delayed"`
+			DeadLettered     int64   `json:"dead_lettered"`
+			OldestReadySec   float64 `json:"oldest_ready_seconds"`
+			ObjectiveSeconds float64 `json:"objective_seconds"`
+			Late             bool    `json:"late"`
+			Paused           bool    `json:"paused"`
+			PausedBy         string  `json:"paused_by,omitempty"`
+		}
+		out := make([]row, 0, len(ls))
+		for _, l := range ls {
+			out = append(out, row{l.Lane, l.Ready, l.InFlight, l.Delayed, l.DeadLettered, l.OldestReady.Seconds(), l.Objective.Seconds(), l.Late, l.Paused, l.PausedBy})
+		}
+		return writeJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "LANE\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tOLDEST READY\tOBJECTIVE\tSTATE")
+	for _, l := range ls {
+		state := "running"
+		if l.Paused {
+			state = "paused by " + dash(l.PausedBy)
+		}
+		if l.Late {
+			state += ", LATE"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", l.Lane, l.Ready, l.InFlight, l.Delayed, l.DeadLettered, age(l.OldestReady), age(l.Objective), state)
+	}
+	return tw.Flush()
+}
