@@ -161,11 +161,11 @@ func badRequest(format string, args ...any) error {
 }
 
 // handle registers fn under pattern ("METHOD /path") with the access it
-// requires. Every non-GET route is state-changing: it must pass the
+// requires. Every POST route is state-changing: it must pass the
 // cross-origin check, carry a JSON body (or none, declared as JSON), and
 // it is audit-logged.
 func (h *handler) handle(pattern string, need access, fn apiFunc) {
-	changes := !strings.HasPrefix(pattern, "GET ")
+	changes := strings.HasPrefix(pattern, "POST ")
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c := &call{}
 		if need != accessPublic {
@@ -350,7 +350,7 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 			return badRequest("the request body is not valid JSON (at byte %d): %v", se.Offset, err)
 		case errors.As(err, &te):
 			if te.Field != "" {
-				return badRequest("field %q: want %s, got JSON %s", te.Field, te.Type, te.Value)
+				return badRequest("field %q: want %s, got JSON %s", strings.TrimPrefix(te.Field, "EnqueueRequest."), te.Type, te.Value)
 			}
 			return badRequest("the request body must be a JSON object")
 		case errors.Is(err, io.ErrUnexpectedEOF):

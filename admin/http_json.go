@@ -274,6 +274,7 @@ type bulkJSON struct {
 	IDs    []string        `json:"ids"`
 	Filter *deadFilterJSON `json:"filter"`
 	ToLane string          `json:"to_lane"`
+	Max    int             `json:"max"`
 }
 
 // ingestJSON is the body of POST /api/v1/tasks: an EnqueueRequest, with

@@ -273,7 +273,10 @@ func (h *handler) bulk(op string) apiFunc {
 		if op != "move" && b.ToLane != "" {
 			return 0, nil, badRequest("to_lane is only for move")
 		}
-		f := DeadFilter{IDs: b.IDs}
+		if b.Max < 0 {
+			return 0, nil, badRequest("max must not be negative")
+		}
+		f := DeadFilter{IDs: b.IDs, Max: b.Max}
 		if b.Filter != nil {
 			f.Lane, f.Kind, f.Tenant, f.Reason = b.Filter.Lane, b.Filter.Kind, b.Filter.Tenant, broker.Reason(b.Filter.Reason)
 		}

@@ -219,6 +219,13 @@
     svg.setAttribute("class", "spark");
     svg.setAttribute("preserveAspectRatio", "none");
     svg.setAttribute("aria-label", "depth over time");
+    const base = document.createElementNS(NS, "line");
+    base.setAttribute("x1", "0");
+    base.setAttribute("x2", String(w));
+    base.setAttribute("y1", String(h - 1));
+    base.setAttribute("y2", String(h - 1));
+    base.setAttribute("class", "base");
+    svg.append(base);
     if (values.length < 2) return svg;
     const max = Math.max(1, ...values);
     const step = w / (HISTORY - 1);
@@ -487,7 +494,7 @@
     metaRow(dl, "idempotency key", t.idempotency_key || "");
     metaRow(dl, "ordering key", t.ordering_key || "");
     for (const [k, v] of Object.entries(t.metadata || {})) metaRow(dl, k, v);
-    if (t.last_error) dl.append(el("dt", {}, "last error"), el("dd", { class: "err-full", "data-testid": "task-last-error" }, t.last_error));
+    if (t.last_error) dl.append(el("dt", { class: "full" }, "last error"), el("dd", { class: "err-full", "data-testid": "task-last-error" }, t.last_error));
 
     const tl = $("task-timeline");
     clear(tl);
