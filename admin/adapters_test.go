@@ -110,6 +110,11 @@ func TestOps_DeadLettersEveryAdapter(t *testing.T) {
 					t.Errorf("%s: %s, want %s", id, got, st)
 				}
 			}
+			// Peeking at the live lane takes nothing and spends no attempt.
+			ms, err := e.ops.Peek(e.ctx, Scope{}, "batch", 5)
+			if err != nil || len(ms) != 1 || ms[0].ID != want[0] {
+				t.Errorf("peek: %d %v", len(ms), err)
+			}
 			if d := e.receiveOne("batch"); d.ID != want[0] || d.Attempt != 1 {
 				t.Errorf("replayed: %s attempt %d", d.ID, d.Attempt)
 			}

@@ -319,8 +319,10 @@ func (o *Ops) bulk(ctx context.Context, sc Scope, f DeadFilter, p Progress, act 
 		work = append(work, d)
 	}
 	total := len(work)
+	missing := map[string]bool{}
 	for _, id := range f.IDs {
-		if !picked[id] && !slices.Contains(f.IDs[:slices.Index(f.IDs, id)], id) {
+		if !picked[id] && !missing[id] {
+			missing[id] = true
 			rep.Failed = append(rep.Failed, ItemError{ID: id, Err: fmt.Sprintf("no dead letter %s in scope", id)})
 		}
 	}
@@ -496,6 +498,11 @@ func (o *Ops) Purge(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Pr
 // Peek returns up to n ready messages of lane (default 10, at most 1000)
 // without taking them or spending an attempt. A scoped caller sees its own
 // tenant's only.
+//
+// Peek leases the messages for a moment and gives them back with
+// broker.Broker.Release: where the driver has no native release, that
+// re-publishes them (same ID, same attempt count), so they move to the back
+// of the lane.
 func (o *Ops) Peek(ctx context.Context, sc Scope, lane string, n int) ([]*broker.Message, error) {
 	if err := broker.ValidateName("lane", lane); err != nil {
 		return nil, err
