@@ -54,7 +54,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		return
 	}
 
-	job := &Job{ID: d.ID, Kind: d.Kind, Lane: d.Lane, Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
+	job := &Job{ID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
 		Attempt: d.Attempt, MaxAttempts: s.maxAttempts(d, h), EnqueuedAt: d.EnqueuedAt}
 	if v := d.Headers[HeaderReview]; v != "" {
 		var r Review
@@ -78,7 +78,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		job.Task, job.Attempt, attempt = task, n, n
 	}
 	job.Sandbox = d.Headers[HeaderSandbox] != "" || job.Task != nil && job.Task.Metadata[MetaSandboxOf] != ""
-	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt})
+	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt})
 
 	hctx := ctx
 	if h.opts.Timeout > 0 {
@@ -117,7 +117,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		if err := s.b.Release(settle, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
 		return
 	}
 
@@ -129,7 +129,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.acks.ack(settle, d)
-		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
 
 	case out.kind == resultCancel:
 		att.Outcome = "cancel"
@@ -139,14 +139,14 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
+		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur, Err: out.err})
 
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
 		s.finishAttempt(settle, att)
 		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), attempt, nil, nil)
 		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
-		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwait:
 		att.Outcome = "await_review"
@@ -160,7 +160,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
 
 	case out.kind == resultPermanent || errors.Is(out.err, broker.ErrUndecodable):
 		att.Outcome = "permanent"
@@ -197,7 +197,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		msg := out.err.Error()
 		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, attempt, s.cfg.Now().Add(delay), &msg)
 		s.settleErr(d, "nack", s.b.Nack(settle, d, delay))
-		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
+		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur, Err: out.err})
 	}
 }
 
@@ -248,7 +248,7 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 	if errors.Is(err, ledger.ErrNotFound) {
 		// Published without a ledger record (by another tool, or a client
 		// without a ledger): record it now.
-		t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: d.Lane,
+		t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane),
 			OrderingKey: d.OrderingKey, Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
 		if err == nil && t.ID != d.ID {
 			// Its idempotency key belongs to another task: this delivery is
@@ -291,7 +291,7 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 		if d.Attempt <= t.Attempt {
 			s.cfg.Logger.Debug("switchyard: task running elsewhere; delivery held back", "task", d.ID)
 			s.settleErr(d, "release", s.b.Release(ctx, d, s.cfg.Lease))
-			s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: errors.New("running elsewhere")})
+			s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New("running elsewhere")})
 			return nil, 0, false
 		}
 		attempt = d.Attempt
@@ -320,7 +320,7 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 
 func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why string) {
 	s.settleErr(d, "ack", s.b.Ack(ctx, d))
-	s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: errors.New(why)})
+	s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New(why)})
 }
 
 // ledgerDown gives a delivery back when the ledger cannot be reached:
@@ -328,7 +328,7 @@ func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why strin
 func (s *Scheduler) ledgerDown(ctx context.Context, d *broker.Delivery, err error) {
 	s.cfg.Logger.Warn("switchyard: ledger unavailable; task returned for later", "task", d.ID, "error", err)
 	s.settleErr(d, "release", s.b.Release(ctx, d, time.Second))
-	s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: err})
+	s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: err})
 }
 
 // transition applies a ledger transition from running (or any state, for
@@ -408,7 +408,7 @@ func (s *Scheduler) dead(ctx context.Context, d *broker.Delivery, last *ledger.A
 		}
 	}
 	s.settleErr(d, "dead-letter", s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: reason, Error: msg, Attempts: hist}))
-	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Reason: reason, Err: errors.New(msg)})
+	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: reason, Err: errors.New(msg)})
 }
 
 // settleErr logs a failed ack/nack/dead-letter: the broker will redeliver

@@ -434,11 +434,11 @@ func (s *Scheduler) extendAll() {
 		case !t.leaseUntil.IsZero() && time.Now().After(t.leaseUntil):
 			// Extensions kept failing until the lease ran out: another
 			// worker may hold the task now. Stop rather than run on.
-			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
+			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", s.b.LaneOf(t.d.Lane), "error", err)
 			s.leaseLost(t)
 		default:
-			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt, Err: err})
-			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
+			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: s.b.LaneOf(t.d.Lane), Attempt: t.d.Attempt, Err: err})
+			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", s.b.LaneOf(t.d.Lane), "error", err)
 		}
 	}
 }
@@ -481,7 +481,7 @@ func (s *Scheduler) leaseLost(t *task) {
 		}
 	}
 	s.mu.Unlock()
-	s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
+	s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: s.b.LaneOf(t.d.Lane), Attempt: t.d.Attempt})
 	if running && t.cancel != nil {
 		t.cancel(errLeaseLost)
 	}
@@ -587,6 +587,6 @@ func (s *Scheduler) returnUnstarted(ds []*broker.Delivery) {
 		if err := s.b.Release(ctx, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an unstarted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt})
 	}
 }
