@@ -85,6 +85,12 @@
 // where a is the number of that tenant's own items ahead of it, w its
 // weight and W the other keys' weights in sum.
 //
+// The runtime makes lanes fair where the backlog is, in the broker: a fair
+// lane (broker.Options.Fair) is split into shard queues by tenant and
+// receives take from the non-empty shards in turn, on every adapter. Fair
+// is the in-memory form of the same discipline, for callers that hold a
+// lane's backlog themselves (and the policy's simulations).
+//
 // # Invariants and why they hold
 //
 // Reservations are honoured. No lane holds another lane's reserved slot
