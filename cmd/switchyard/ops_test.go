@@ -401,3 +401,46 @@ func TestCLI_Enqueue(t *testing.T) {
 		t.Errorf("bad input enqueued something: %d → %d tasks", before, e.tasks())
 	}
 }
+
+func TestCLI_Review(t *testing.T) {
+	e := newOpsEnv(t)
+	id := e.enqueue("batch", "acme", `{"refund":500}`)
+	ds, err := e.b.Receive(e.ctx, broker.ReceiveRequest{Lane: "batch", Max: 1, Lease: time.Minute})
+	if err != nil || len(ds) != 1 || e.b.Ack(e.ctx, ds[0]) != nil {
+		t.Fatalf("receive: %v", err)
+	}
+	for _, to := range []ledger.State{ledger.Running, ledger.AwaitingReview} {
+		if _, err := e.L.Transition(e.ctx, ledger.TransitionRequest{ID: id, To: to, Reason: "test", Attempt: 1,
+			Detail: `{"Reason":"large refund","Action":"refund 500"}`}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	common := []string{"--broker", e.url, "--ledger", e.dsn}
+	code, out, errs := runCLI(t, append([]string{"review", "ls"}, common...)...)
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "large refund") {
+		t.Fatalf("review ls: %d\n%s%s", code, out, errs)
+	}
+	var rows []map[string]any
+	code, out, _ = runCLI(t, append([]string{"review", "ls", "--json", "--tenant", "globex"}, common...)...)
+	if code != 0 || json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 0 {
+		t.Errorf("review ls --tenant globex: %d %s", code, out)
+	}
+	if code, out, _ = runCLI(t, append([]string{"review", "show", id, "--json"}, common...)...); code != 0 || !strings.Contains(out, `"action": "refund 500"`) {
+		t.Errorf("review show --json: %d %s", code, out)
+	}
+	expectFail(t, 1, "not found", append([]string{"review", "approve", id, "--reviewer", "bob", "--tenant", "globex"}, common...)...)
+	expectFail(t, 1, "--reason", append([]string{"review", "reject", id, "--reviewer", "bob"}, common...)...)
+	expectFail(t, 1, "--reviewer", append([]string{"review", "claim", id}, common...)...)
+	if e.state(id) != ledger.AwaitingReview {
+		t.Fatal("bad input changed the task")
+	}
+	if code, out, _ = runCLI(t, append([]string{"review", "claim", id, "--reviewer", "bob"}, common...)...); code != 0 || !strings.Contains(out, "claimed") {
+		t.Errorf("claim: %d %s", code, out)
+	}
+	if code, out, _ = runCLI(t, append([]string{"review", "approve", id, "--reviewer", "bob", "--note", "ok", "--tenant", "acme"}, common...)...); code != 0 || !strings.Contains(out, "approved") {
+		t.Errorf("approve: %d %s", code, out)
+	}
+	if e.state(id) != ledger.Queued || e.stats("batch").Ready != 1 {
+		t.Errorf("approved task: %s", e.state(id))
+	}
+}

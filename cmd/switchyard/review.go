@@ -6,12 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/switchyard-dev/switchyard"
-	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/admin"
 	_ "github.com/switchyard-dev/switchyard/ledger/postgres"
 )
 
@@ -23,62 +23,50 @@ const reviewUsage = `usage: switchyard review <ls|show|claim|approve|reject> --b
   reject ID --reviewer NAME --reason TEXT`
 
 func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fmt.Fprintln(stderr, reviewUsage)
 		return errUsage
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("review "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	url := fs.String("broker", "", "broker URL (required)")
-	dsn := fs.String("ledger", "", "ledger DSN, e.g. sqlite:///var/lib/app/ledger.db (required)")
-	reviewer := fs.String("reviewer", "", "your name, recorded with the decision")
-	note := fs.String("note", "", "a note for the handler (approve)")
-	reason := fs.String("reason", "", "why (reject; required)")
-	tenant := fs.String("tenant", "", "only this tenant's reviews (ls)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	pos, err := parseInterspersed(fs, args[1:])
-	if err != nil {
-		return errUsage
-	}
-	needID := sub != "ls"
-	if *url == "" || *dsn == "" || (needID && len(pos) != 1) || (!needID && len(pos) != 0) {
-		fmt.Fprintln(stderr, reviewUsage)
-		return errUsage
-	}
 	switch sub {
 	case "ls", "show", "claim", "approve", "reject":
 	default:
 		fmt.Fprintf(stderr, "unknown review command %q\n%s\n", sub, reviewUsage)
 		return errUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	c := newOpsCmd("review "+sub, reviewUsage, stderr)
+	reviewer := c.fs.String("reviewer", "", "your name, recorded with the decision")
+	note := c.fs.String("note", "", "a note for the handler (approve)")
+	reason := c.fs.String("reason", "", "why (reject; required)")
+	tenant := c.fs.String("tenant", "", "only this tenant's reviews")
+	limit := c.fs.Int("limit", 100, "most reviews to list (ls, at most 1000)")
+	npos := 1
+	if sub == "ls" {
+		npos = 0
+	}
+	pos, err := c.parse(args[1:], npos, true, stderr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
 	defer cancel()
-	L, err := ledger.Open(ctx, *dsn)
+	ops, done, err := c.open(ctx, admin.Config{})
 	if err != nil {
 		return err
 	}
-	defer L.Close()
-	b, err := broker.Open(ctx, *url, &broker.Options{Dedup: L})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	c, err := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
-	if err != nil {
-		return err
-	}
+	defer done()
+	sc := admin.Scope{Tenant: *tenant}
 	id := ""
 	if len(pos) > 0 {
 		id = pos[0]
 	}
 	switch sub {
 	case "ls":
-		items, err := c.Reviews(ctx, switchyard.ReviewFilter{Tenant: *tenant})
+		items, err := ops.Reviews(ctx, sc, *limit)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if *c.asJSON {
 			return writeJSON(stdout, reviewJSON(items...))
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
@@ -88,37 +76,40 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		return tw.Flush()
 	case "show":
-		it, err := c.Review(ctx, id)
+		if _, err := ops.Task(ctx, sc, id); err != nil {
+			return err
+		}
+		it, err := ops.Client().Review(ctx, id)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if *c.asJSON {
 			return writeJSON(stdout, reviewJSON(it)[0])
 		}
 		fmt.Fprintf(stdout, "task      %s\nkind      %s\nlane      %s\ntenant    %s\nwaiting   %s (since %s)\nclaimed   %s\nreason    %s\naction    %s\nargs      %s\n",
 			it.Task.ID, it.Task.Kind, it.Task.Lane, dash(it.Task.Tenant), age(it.Age), it.Since.Format(time.RFC3339), dash(it.ClaimedBy), it.Reason, it.Action, it.Task.Args)
 		return nil
+	}
+	if *reviewer == "" {
+		return fmt.Errorf("--reviewer is required")
+	}
+	who := admin.Actor(*reviewer)
+	switch sub {
 	case "claim":
-		if *reviewer == "" {
-			return fmt.Errorf("--reviewer is required")
-		}
-		if err := c.Claim(ctx, id, *reviewer); err != nil {
+		if err := ops.Claim(ctx, sc, id, who); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "claimed %s for %s\n", id, *reviewer)
 	case "approve":
-		if *reviewer == "" {
-			return fmt.Errorf("--reviewer is required")
-		}
-		if err := c.Approve(ctx, id, *reviewer, *note); err != nil {
+		if err := ops.Approve(ctx, sc, id, who, *note); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "approved %s; it resumes in its lane\n", id)
 	case "reject":
-		if *reviewer == "" || *reason == "" {
+		if *reason == "" {
 			return fmt.Errorf("--reviewer and --reason are required")
 		}
-		if err := c.Reject(ctx, id, *reviewer, *reason); err != nil {
+		if err := ops.Reject(ctx, sc, id, who, *reason); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "rejected %s\n", id)
