@@ -10,6 +10,7 @@
 //	switchyard peek --broker URL --lane L             the next ready messages, without taking them
 //	switchyard enqueue --broker URL --kind K --args JSON   enqueue one task (arguments from stdin without --args)
 //	switchyard review ls|show|claim|approve|reject    the human-review queue
+//	switchyard admin --broker URL --ledger DSN --listen ADDR   the admin API, ingestion and the dashboard
 //	switchyard migrate --from URL --to URL            move queued and dead-lettered messages between brokers
 //	switchyard bench embedded|broker|lanes            throughput and lane isolation
 //
@@ -49,6 +50,7 @@ func commands() []command {
 		{"peek", "show the next ready messages of a lane without taking them", runPeek},
 		{"enqueue", "enqueue one task with JSON arguments", runEnqueue},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
+		{"admin", "serve the admin HTTP API, the ingestion endpoint and the web dashboard", runAdmin},
 		{"migrate", "move queued and dead-lettered messages from one broker to another", runMigrate},
 		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes)", runBench},
 	}
