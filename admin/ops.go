@@ -299,8 +299,9 @@ func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, err
 	if !ok {
 		return &TaskPage{Tasks: []*ledger.Task{}}, nil
 	}
-	// One more than asked, to know whether there is a next page.
-	ts, err := o.cfg.Ledger.List(ctx, ledger.Filter{Tenant: tenant, States: f.States, Kind: f.Kind, Lane: f.Lane, Limit: limit + 1, After: f.After})
+	// One more than asked, to know whether there is a next page (the
+	// ledger's cap of 1000 allowing).
+	ts, err := o.cfg.Ledger.List(ctx, ledger.Filter{Tenant: tenant, States: f.States, Kind: f.Kind, Lane: f.Lane, Limit: min(limit+1, 1000), After: f.After})
 	if err != nil {
 		return nil, err
 	}
@@ -308,9 +309,12 @@ func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, err
 	if ts == nil {
 		page.Tasks = []*ledger.Task{}
 	}
-	if len(ts) > limit {
+	switch {
+	case len(ts) > limit:
 		page.Tasks = ts[:limit]
 		page.Next = ts[limit-1].ID
+	case len(ts) == limit && limit == 1000:
+		page.Next = ts[limit-1].ID // perhaps more: the next page tells
 	}
 	return page, nil
 }
