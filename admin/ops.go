@@ -170,6 +170,7 @@ func (sc Scope) tenant(filter string) (string, bool) {
 // ("operator:alice", "token:ci").
 type Actor string
 
+// String returns the actor's name, "operator" when it is empty.
 func (a Actor) String() string {
 	if a == "" {
 		return "operator"
