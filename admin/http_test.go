@@ -99,6 +99,8 @@ type testEnv struct {
 	api    string // base URL of /api/v1/
 	logs   *syncBuffer
 	fixed  atomic.Bool // the flaky kind succeeds once set
+	// reserved counts the flaky kind's effect executions.
+	reserved atomic.Int32
 }
 
 func newTestEnv(t *testing.T, prefix string) *testEnv {
@@ -139,7 +141,10 @@ func newTestEnv(t *testing.T, prefix string) *testEnv {
 		if !e.fixed.Load() {
 			return errors.New(flakyErrorText)
 		}
-		_, err := switchyard.Effect(ctx, "reserve/"+tk.Args.Item, func(ctx context.Context) (string, error) { return "reserved", nil }, nil)
+		_, err := switchyard.Effect(ctx, "reserve/"+tk.Args.Item, func(ctx context.Context) (string, error) {
+			e.reserved.Add(1)
+			return "reserved", nil
+		}, nil)
 		return err
 	}, nil))
 	must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[refundArgs]) error {
@@ -714,6 +719,56 @@ func TestHandler_DeadLetters(t *testing.T) {
 	}
 }
 
+// TestHandler_Sandbox: a dead letter replayed in sandbox mode over HTTP
+// completes with its effect recorded as "would do" and not executed; the
+// dead letter stays.
+func TestHandler_Sandbox(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t, "")
+	id := e.enqueue(flakyArgs{Item: "sb"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	e.waitDead("batch", id, 1)
+	e.fixed.Store(true)
+
+	if r := e.call("POST", "dead/batch/"+id+"/sandbox", readSecret, nil, nil); r.status != http.StatusForbidden {
+		t.Errorf("read token sandbox: %d %s, want 403", r.status, r.body)
+	}
+	if r := e.call("POST", "dead/batch/"+id+"/sandbox", acmeSecret, nil, nil); r.status != http.StatusNotFound {
+		t.Errorf("another tenant's token sandbox: %d %s, want 404", r.status, r.body)
+	}
+	if r := e.call("POST", "dead/batch/nope/sandbox", adminSecret, nil, nil); r.status != http.StatusNotFound {
+		t.Errorf("sandbox of an unknown dead letter: %d %s, want 404", r.status, r.body)
+	}
+	r := e.call("POST", "dead/batch/"+id+"/sandbox", adminSecret, nil, nil)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("sandbox: %d %s", r.status, r.body)
+	}
+	j := r.json(t)
+	sid, _ := j["id"].(string)
+	if sid == "" || sid == id || j["status_url"] != "/api/v1/tasks/"+sid+"/status" {
+		t.Fatalf("sandbox answered %s", r.body)
+	}
+	e.waitState(sid, ledger.Completed)
+	r = e.call("GET", "tasks/"+sid, readSecret, nil, nil)
+	var detail struct {
+		Effects []struct{ Key, State string }
+	}
+	if err := json.Unmarshal(r.body, &detail); err != nil || len(detail.Effects) != 1 || detail.Effects[0].Key != "reserve/sb" || detail.Effects[0].State != string(ledger.EffectWouldDo) {
+		t.Errorf("sandbox task's effects: %s, want reserve/sb would_do", r.body)
+	}
+	if n := e.reserved.Load(); n != 0 {
+		t.Errorf("the sandbox executed the effect %d times", n)
+	}
+	if tk := e.waitState(id, ledger.Dead); tk.State != ledger.Dead {
+		t.Errorf("the original is %s", tk.State)
+	}
+	if s, _ := e.b.Stats(e.ctx, "batch"); s.DeadLettered != 1 {
+		t.Errorf("the dead letter left its queue: %+v", s)
+	}
+	if !strings.Contains(e.logs.String(), "sandbox_id="+sid) {
+		t.Errorf("the audit log lacks the sandbox task")
+	}
+}
+
 // TestHandler_ReviewsAndLanes: the review queue and lane pause over HTTP.
 func TestHandler_ReviewsAndLanes(t *testing.T) {
 	t.Parallel()
@@ -815,6 +870,23 @@ func TestHandler_Mounted(t *testing.T) {
 	if r := e.call("GET", e.ts.URL+"/ops/ui/", "", nil, nil); r.status != http.StatusNotFound {
 		t.Errorf("directory listing: %d", r.status)
 	}
+	// Behind a bare http.StripPrefix (no ServeMux to add the slash), the
+	// handler redirects the bare prefix itself.
+	h, err := admin.NewHandler(e.ops, admin.HandlerConfig{Tokens: testTokens(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := httptest.NewServer(http.StripPrefix("/x", h))
+	defer bare.Close()
+	res, err = noRedirect.Get(bare.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMovedPermanently || res.Header.Get("Location") != "/x/" {
+		t.Errorf("bare StripPrefix, GET /x: %d to %q, want 301 to /x/", res.StatusCode, res.Header.Get("Location"))
+	}
+
 	r := e.ingest(enqueueSecret, "m-1", map[string]any{"kind": "test.greet", "args": map[string]string{"name": "m"}})
 	if r.status != http.StatusAccepted {
 		t.Fatalf("ingest: %d %s", r.status, r.body)
