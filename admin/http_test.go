@@ -560,7 +560,7 @@ func TestHandler_Auth(t *testing.T) {
 	}
 	// No CORS: a preflight gets no Access-Control-* answer.
 	r = e.call("OPTIONS", "dead/replay", "", nil, map[string]string{"Origin": "https://evil.example", "Access-Control-Request-Method": "POST", "Content-Type": ""})
-	if r.status < 400 || r.header.Get("Access-Control-Allow-Origin") != "" || r.header.Get("Access-Control-Allow-Headers") != "" {
+	if r.status != http.StatusUnauthorized || r.header.Get("Access-Control-Allow-Origin") != "" || r.header.Get("Access-Control-Allow-Headers") != "" {
 		t.Errorf("preflight: %d %v, want an error and no CORS headers", r.status, r.header)
 	}
 	if !strings.Contains(e.logs.String(), "admin request refused") {
@@ -861,6 +861,17 @@ func TestHandler_Mounted(t *testing.T) {
 	if page.status != http.StatusOK || !strings.Contains(string(page.body), `src="ui/app.js"`) ||
 		!strings.Contains(page.header.Get("Content-Security-Policy"), "default-src 'none'") {
 		t.Errorf("page: %d %v", page.status, page.header)
+	}
+	// The page's filters offer every dead-letter reason and task state.
+	for _, r := range admin.Reasons() {
+		if !strings.Contains(string(page.body), "<option>"+string(r)+"</option>") {
+			t.Errorf("the page's reason filter lacks %q", r)
+		}
+	}
+	for _, st := range admin.States() {
+		if !strings.Contains(string(page.body), "<option>"+string(st)+"</option>") {
+			t.Errorf("the page's state filter lacks %q", st)
+		}
 	}
 	for _, p := range []string{"ui/app.js", "ui/style.css"} {
 		if r := e.call("GET", e.ts.URL+"/ops/"+p, "", nil, nil); r.status != http.StatusOK || len(r.body) < 1000 {

@@ -653,6 +653,7 @@
     });
     $("dead-filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadDead().catch((e) => toast(e.message, true)); });
     $("dead-lane").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
+    $("dead-reason").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
     $("dead-replay-all").addEventListener("click", replayShown);
     $("task-filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadTasks(false).catch((e) => toast(e.message, true)); });
     $("tasks-more").addEventListener("click", () => loadTasks(true).catch((e) => toast(e.message, true)));
