@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/lanes"
 )
 
 var (
@@ -15,6 +17,7 @@ var (
 	flagBroker   = flag.String("lanes.broker", "", "broker URL for BenchmarkLanes (default: embedded broker in a temp file)")
 	flagPrefetch = flag.Int("lanes.prefetch", 0, "per-lane prefetch of the server (default: the scheduler's)")
 	flagOnly     = flag.String("lanes.only", "", "run only the scenario whose name starts with this (e.g. S3)")
+	flagShare    = flag.Float64("lanes.batchshare", 0, "the batch lane's MinShare (default: lanes.Defaults')")
 	flagFair     = flag.Int("lanes.fair", 0, "shards of the fair batch lane (0: 8 in S4, none elsewhere; -1: none)")
 )
 
@@ -30,7 +33,16 @@ func BenchmarkLanes(b *testing.B) {
 		if !strings.HasPrefix(s.Name, *flagOnly) {
 			continue
 		}
-		r, err := Run(ctx, *flagBroker, s, &Options{Duration: *flagDuration, Prefetch: *flagPrefetch, FairShards: *flagFair})
+		o := &Options{Duration: *flagDuration, Prefetch: *flagPrefetch, FairShards: *flagFair}
+		if *flagShare > 0 {
+			o.Lanes = BenchLanes()
+			for i := range o.Lanes {
+				if o.Lanes[i].Name == lanes.Batch {
+					o.Lanes[i].MinShare = *flagShare
+				}
+			}
+		}
+		r, err := Run(ctx, *flagBroker, s, o)
 		if err != nil {
 			b.Fatal(err)
 		}
