@@ -88,6 +88,21 @@ func (b *browser) do(what string, d time.Duration, actions ...chromedp.Action[ch
 	}
 }
 
+// click clicks the element sel finds, again if the page re-rendered it
+// between the lookup and the click (the dashboard polls every 2 s).
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		for i := 0; i < 3; i++ {
+			if _, err = chromedp.Click(chromedp.CSS(sel))(ctx, t); err == nil || ctx.Err() != nil {
+				return chromedp.Void{}, err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return chromedp.Void{}, err
+	}
+}
+
 // eval evaluates a JavaScript expression (awaiting a promise) within 20 s.
 func evalIn[T any](b *browser, what, expr string) T {
 	b.t.Helper()
@@ -203,7 +218,7 @@ func TestDashboard_Browser(t *testing.T) {
 	br.do("open the completed task", 20*time.Second,
 		chromedp.Click(chromedp.ID("tab-tasks")),
 		chromedp.WaitVisible(chromedp.CSS(`tr[data-id="`+done+`"] a`)),
-		chromedp.Click(chromedp.CSS(`tr[data-id="`+done+`"] a`)),
+		click(`tr[data-id="`+done+`"] a`),
 		chromedp.WaitVisible(chromedp.CSS(`#task-timeline li[data-testid="timeline-event"]`)))
 	br.waitJS("completed task view", `document.getElementById("task-id").textContent === "`+done+`" && document.getElementById("task-state").textContent === "completed"`, 10*time.Second)
 	reasons := evalIn[[]string](br, "timeline reasons", `Array.from(document.querySelectorAll('#task-timeline [data-testid="event-reason"]')).map(e => e.textContent)`)
@@ -224,7 +239,7 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="approve-`+review+`"]`)))
 	br.screenshot("reviews")
 	br.do("approve the review", 30*time.Second,
-		chromedp.Click(chromedp.CSS(`[data-testid="approve-`+review+`"]`)),
+		click(`[data-testid="approve-`+review+`"]`),
 		chromedp.WaitVisible(chromedp.ID("confirm-input")),
 		chromedp.SendKeys(chromedp.ID("confirm-input"), "approved in the browser test"),
 		chromedp.Click(chromedp.ID("confirm-ok")),
@@ -237,7 +252,7 @@ func TestDashboard_Browser(t *testing.T) {
 	br.do("replay the dead letter", 30*time.Second,
 		chromedp.Click(chromedp.ID("tab-dead")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="replay-`+dead+`"]`)),
-		chromedp.Click(chromedp.CSS(`[data-testid="replay-`+dead+`"]`)),
+		click(`[data-testid="replay-`+dead+`"]`),
 		chromedp.WaitVisible(chromedp.ID("confirm-ok")))
 	br.screenshot("confirm-replay")
 	br.do("confirm the replay", 20*time.Second, chromedp.Click(chromedp.ID("confirm-ok")))

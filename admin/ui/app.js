@@ -18,6 +18,7 @@
     tasksNext: "",
     timer: 0,
     busy: false,
+    sig: {}, // view -> signature of the data last rendered
   };
 
   // ---- helpers -------------------------------------------------------
@@ -65,8 +66,33 @@
     return d < 0 ? "in " + fmtDur(-d) : fmtDur(d) + " ago";
   }
 
-  function timeCell(iso) {
-    return el("time", { datetime: iso || "", title: iso || "" }, ago(iso));
+  // timeCell shows how long ago iso was ("3 s ago"), or with mode "for"
+  // how long it has lasted ("3 s"); tickTimes keeps it current.
+  function timeCell(iso, mode) {
+    return el("time", { datetime: iso || "", title: iso || "", "data-mode": mode || "ago" }, mode === "for" ? since(iso) : ago(iso));
+  }
+
+  function since(iso) {
+    const t = Date.parse(iso || "");
+    return isNaN(t) ? "–" : fmtDur(Math.max(0, Date.now() - t));
+  }
+
+  // changed reports whether data differs from what view last rendered, so
+  // unchanged rows are left alone (no flicker, open details stay open,
+  // buttons stay put under the pointer).
+  function changed(view, data) {
+    const sig = JSON.stringify(data);
+    if (state.sig[view] === sig) return false;
+    state.sig[view] = sig;
+    return true;
+  }
+
+  // tickTimes refreshes every relative time in place.
+  function tickTimes() {
+    for (const t of document.querySelectorAll("time[datetime]")) {
+      const iso = t.getAttribute("datetime");
+      if (iso) t.textContent = t.dataset.mode === "for" ? since(iso) : ago(iso);
+    }
   }
 
   function badge(text, kind) {
@@ -246,48 +272,68 @@
     return el("div", { class: "stat " + (cls || "") }, el("span", { class: "v" }, value), el("span", { class: "l" }, label));
   }
 
-  function renderLanes() {
-    const box = $("lanes");
-    clear(box);
-    $("lanes-empty").hidden = state.lanes.length > 0;
-    let dead = 0;
-    for (const l of state.lanes) {
-      dead += l.dead_lettered;
-      const hist = state.history[l.lane] || [];
-      const depth = l.ready + l.in_flight + l.delayed;
-      const ratio = l.objective_ms > 0 ? l.oldest_ready_ms / l.objective_ms : 0;
-      const bar = el("div", { class: "bar" });
-      const fill = el("div", { class: "fill " + (l.late ? "late" : ratio > 0.5 ? "warn" : "ok") });
-      fill.style.width = Math.min(100, Math.round(ratio * 100)) + "%";
-      bar.append(fill);
-      const flags = el("div", { class: "flags" });
-      if (l.paused) flags.append(badge("paused", "paused"));
-      if (l.late) flags.append(badge("late", "late"));
-      if (l.dead_lettered > 0) flags.append(badge(l.dead_lettered + " dead", "dead"));
-      const actions = el("div", { class: "card-actions admin-only" });
-      if (state.me && !state.me.tenant) {
-        actions.append(
-          el("button", {
-            type: "button", class: "ghost small", "data-testid": (l.paused ? "resume-" : "pause-") + l.lane,
-            onclick: () => pauseLane(l.lane, !l.paused),
-          }, l.paused ? "Resume" : "Pause")
-        );
-      }
-      if (l.dead_lettered > 0) {
-        actions.append(el("a", { href: "#dead", class: "small", onclick: () => ($("dead-lane").value = l.lane) }, "Dead letters →"));
-      }
-      box.append(
-        el("article", { class: "lane" + (l.late ? " is-late" : "") + (l.paused ? " is-paused" : ""), "data-testid": "lane-" + l.lane, "data-lane": l.lane },
-          el("header", {}, el("h3", {}, l.lane), flags),
-          el("div", { class: "depth" }, el("span", { class: "big", "data-testid": "lane-depth" }, depth), el("span", { class: "l" }, "depth"), sparkline(hist)),
-          el("div", { class: "stats" },
-            stat("ready", l.ready), stat("in flight", l.in_flight), stat("delayed", l.delayed), stat("dead", l.dead_lettered, l.dead_lettered ? "bad" : "")),
-          el("div", { class: "age" },
-            el("span", {}, "oldest ", el("b", {}, l.ready ? fmtDur(l.oldest_ready_ms) : "–"), l.objective_ms ? " / objective " + fmtDur(l.objective_ms) : ""),
-            bar),
-          actions)
+  function laneCard(l) {
+    const depth = l.ready + l.in_flight + l.delayed;
+    const ratio = l.objective_ms > 0 ? l.oldest_ready_ms / l.objective_ms : 0;
+    const bar = el("div", { class: "bar" });
+    const fill = el("div", { class: "fill " + (l.late ? "late" : ratio > 0.5 ? "warn" : "ok") });
+    fill.style.width = Math.min(100, Math.round(ratio * 100)) + "%";
+    bar.append(fill);
+    const flags = el("div", { class: "flags" });
+    if (l.paused) flags.append(badge("paused", "paused"));
+    if (l.late) flags.append(badge("late", "late"));
+    if (l.dead_lettered > 0) flags.append(badge(l.dead_lettered + " dead", "dead"));
+    const actions = el("div", { class: "card-actions admin-only" });
+    if (state.me && !state.me.tenant) {
+      actions.append(
+        el("button", {
+          type: "button", class: "ghost small", "data-testid": (l.paused ? "resume-" : "pause-") + l.lane,
+          title: l.paused && l.paused_by ? "paused by " + l.paused_by : "",
+          onclick: () => pauseLane(l.lane, !l.paused),
+        }, l.paused ? "Resume" : "Pause")
       );
     }
+    if (l.dead_lettered > 0) {
+      actions.append(el("a", { href: "#dead", class: "small", onclick: () => ($("dead-lane").value = l.lane) }, "Dead letters →"));
+    }
+    return el("article", { class: "lane" + (l.late ? " is-late" : "") + (l.paused ? " is-paused" : ""), "data-testid": "lane-" + l.lane, "data-lane": l.lane },
+      el("header", {}, el("h3", {}, l.lane), flags),
+      el("div", { class: "depth" }, el("span", { class: "big", "data-testid": "lane-depth" }, depth), el("span", { class: "l" }, "depth"), sparkline(state.history[l.lane] || [])),
+      el("div", { class: "stats" },
+        stat("ready", l.ready), stat("in flight", l.in_flight), stat("delayed", l.delayed), stat("dead", l.dead_lettered, l.dead_lettered ? "bad" : "")),
+      el("div", { class: "age" },
+        el("span", {}, "oldest ", el("b", {}, l.ready ? fmtDur(l.oldest_ready_ms) : "–"), l.objective_ms ? " / objective " + fmtDur(l.objective_ms) : ""),
+        bar),
+      actions);
+  }
+
+  // renderLanes rebuilds a lane's card only when its figures change; the
+  // sparkline is redrawn on every poll. Buttons stay put under the pointer.
+  function renderLanes() {
+    const box = $("lanes");
+    $("lanes-empty").hidden = state.lanes.length > 0;
+    const cards = new Map(Array.from(box.children).map((c) => [c.dataset.lane, c]));
+    let dead = 0;
+    let prev = null;
+    for (const l of state.lanes) {
+      dead += l.dead_lettered;
+      const sig = JSON.stringify([l, state.me && state.me.role, state.me && state.me.tenant]);
+      let card = cards.get(l.lane);
+      cards.delete(l.lane);
+      if (!card || card.dataset.sig !== sig) {
+        const fresh = laneCard(l);
+        fresh.dataset.sig = sig;
+        if (card) card.replaceWith(fresh);
+        card = fresh;
+      } else {
+        card.querySelector("svg.spark").replaceWith(sparkline(state.history[l.lane] || []));
+      }
+      // Keep the cards in the lanes' order.
+      const want = prev ? prev.nextSibling : box.firstChild;
+      if (want !== card) box.insertBefore(card, want);
+      prev = card;
+    }
+    for (const c of cards.values()) c.remove();
     $("count-dead").textContent = dead ? String(dead) : "";
     // Keep the dead-letter lane filter in step with the lanes.
     const sel = $("dead-lane");
@@ -345,8 +391,10 @@
   }
 
   async function loadDead() {
-    const data = await api("GET", "dead?" + deadQuery().toString());
+    const q = deadQuery().toString();
+    const data = await api("GET", "dead?" + q);
     const items = data.dead_letters || [];
+    if (!changed("dead", [q, state.me && state.me.role, items])) return;
     const body = $("dead-body");
     clear(body);
     $("dead-empty").hidden = items.length > 0;
@@ -410,6 +458,7 @@
       const rep = await api("POST", "dead/purge", { ids: [d.id], filter: { lane: d.lane } });
       if (rep.failed && rep.failed.length) throw new Error(rep.failed[0].error);
       toast("Purged " + d.id);
+      state.sig = {};
       await loadDead();
     } catch (e) {
       toast("Purge failed: " + e.message, true);
@@ -425,6 +474,7 @@
     try {
       const rep = await api("POST", "dead/replay", { ids: rows.map((r) => r.dataset.id) });
       toast("Replayed " + rep.done + (rep.failed.length ? ", " + rep.failed.length + " failed: " + rep.failed[0].error : ""), rep.failed.length > 0);
+      state.sig = {};
       await loadDead();
     } catch (e) {
       toast("Replay failed: " + e.message, true);
@@ -475,7 +525,7 @@
   async function loadTask() {
     const id = state.taskID;
     const d = await api("GET", "tasks/" + encodeURIComponent(id));
-    if (state.taskID !== id) return;
+    if (state.taskID !== id || !changed("task", [id, d])) return;
     const t = d.task;
     $("task-id").textContent = t.id;
     const st = $("task-state");
@@ -538,6 +588,8 @@
     const items = data.reviews || [];
     $("count-reviews").textContent = items.length ? String(items.length) : "";
     if (state.view !== "reviews") return;
+    // age_ms grows on every poll; the card shows it from "since" instead.
+    if (!changed("reviews", [state.me && state.me.role, items.map((r) => Object.assign({}, r, { age_ms: 0 }))])) return;
     const box = $("reviews");
     clear(box);
     $("reviews-empty").hidden = items.length > 0;
@@ -547,7 +599,7 @@
           el("header", {},
             el("a", { class: "mono", href: "#task/" + encodeURIComponent(r.id) }, r.id),
             el("span", { class: "muted" }, " " + r.kind + " · " + r.lane + (r.tenant ? " · tenant " + r.tenant : "")),
-            el("span", { class: "age" }, "waiting " + fmtDur(r.age_ms))),
+            el("span", { class: "age" }, "waiting ", timeCell(r.since, "for"))),
           el("p", { class: "reason" }, r.reason),
           r.action ? el("p", { class: "action" }, el("span", { class: "muted" }, "wants to: "), r.action) : null,
           r.args !== undefined ? el("pre", { class: "json" }, pretty(r.args)) : null,
@@ -576,7 +628,9 @@
     try {
       await api("POST", "reviews/" + encodeURIComponent(r.id) + "/" + op, body);
       toast(op === "claim" ? "Claimed " + r.id : (op === "approve" ? "Approved " : "Rejected ") + r.id);
+      state.sig = {};
       await loadReviews();
+      tickTimes();
     } catch (e) {
       toast(op + " failed: " + e.message, true);
     }
@@ -593,6 +647,7 @@
     }
     if (!["lanes", "dead", "tasks", "task", "reviews"].includes(view)) view = "lanes";
     state.view = view;
+    state.sig = {};
     for (const s of document.querySelectorAll(".view")) s.hidden = s.dataset.view !== view;
     for (const a of document.querySelectorAll("#tabs a")) {
       a.classList.toggle("active", a.dataset.tab === view || (view === "task" && a.dataset.tab === "tasks"));
@@ -612,6 +667,7 @@
         case "task": await loadTask(); break;
       }
       await loadReviews();
+      tickTimes();
     } catch (e) {
       if (e.status !== 401) {
         if (e.status === 0) setLive(false, "offline");
