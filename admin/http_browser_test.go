@@ -183,8 +183,15 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Errorf("GET lanes without a token from the page: %d, want 401", st)
 	}
 
+	// A token that may only enqueue is turned away with a reason.
+	br.do("sign in with the enqueue token", 20*time.Second,
+		chromedp.SendKeys(chromedp.ID("token-input"), enqueueSecret),
+		chromedp.Click(chromedp.ID("token-submit")))
+	br.waitJS("the enqueue token is refused", `document.getElementById("token-error").textContent.includes("only enqueue")`, 10*time.Second)
+
 	// Sign in as admin; the lanes render.
 	br.do("sign in", 30*time.Second,
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("token-input").value = ""`),
 		chromedp.SendKeys(chromedp.ID("token-input"), adminSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))

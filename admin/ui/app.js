@@ -186,6 +186,12 @@
       showLogin(e.message);
       return false;
     }
+    if (state.me.role === "enqueue") {
+      sessionStorage.removeItem(TOKEN_KEY);
+      state.me = null;
+      showLogin("This token may only enqueue tasks; the dashboard needs a read or admin token.");
+      return false;
+    }
     const who = $("whoami");
     who.textContent = state.me.name + " · " + state.me.role + (state.me.tenant ? " · tenant " + state.me.tenant : "");
     document.body.classList.toggle("is-admin", isAdmin());
