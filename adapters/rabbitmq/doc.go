@@ -33,7 +33,12 @@
 //     x-delivery-limit and a dead-letter route to the lane's dead-letter
 //     queue;
 //   - switchyard.<ns>.<lane>.dlq: the dead-letter queue, a durable quorum
-//     queue;
+//     queue with x-delivery-limit 2147483647: operators list dead letters
+//     by receiving and handing them back, which raises x-delivery-count,
+//     and from RabbitMQ 4.0 a quorum queue without the argument drops a
+//     message after 20 of those (a dead-letter queue declared by an earlier
+//     version is used as it is, with a warning; do not set a lower
+//     delivery-limit policy on dead-letter queues);
 //   - switchyard.<ns>.<lane>.delay.<N>ms: delay queues, durable classic
 //     queues with no consumer whose expired messages dead-letter back to the
 //     work queue; one per delay bucket (100 ms doubling up to about 29 h).

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/url"
 	"sync"
@@ -124,7 +125,7 @@ func (d *Driver) declare(ctx context.Context, op, name string, args amqp.Table) 
 	})
 	if err != nil {
 		if isCode(err, amqp.PreconditionFailed) {
-			return broker.Errorf(op, broker.Permanent, "queue %s exists with other arguments (was it declared with another delivery_limit?): %w", name, err)
+			return broker.Errorf(op, broker.Permanent, "queue %s exists with other arguments (was it declared with another delivery_limit?): %w: %w", name, errArgsDiffer, err)
 		}
 		return err
 	}
@@ -142,7 +143,7 @@ func (d *Driver) declareLane(ctx context.Context, op, lane string) error {
 		return err
 	}
 	dlq := d.cfg.deadQueue(lane)
-	if err := d.declare(ctx, op, dlq, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}); err != nil {
+	if err := d.declareDead(ctx, op, dlq); err != nil {
 		return err
 	}
 	return d.declare(ctx, op, d.cfg.workQueue(lane), amqp.Table{
@@ -152,6 +153,44 @@ func (d *Driver) declareLane(ctx context.Context, op, lane string) error {
 		"x-dead-letter-routing-key": dlq,
 		"x-dead-letter-strategy":    "at-most-once",
 	})
+}
+
+// errArgsDiffer marks a declare refused because the queue exists with other
+// arguments.
+var errArgsDiffer = errors.New("queue arguments differ")
+
+// deadDeliveryLimit is the dead-letter queues' x-delivery-limit: no limit
+// in practice. Operators list dead letters by receiving them and handing
+// them back (a requeue, which raises x-delivery-count), and a quorum queue
+// without the argument has a delivery limit of 20 from RabbitMQ 4.0 on,
+// past which it drops the message: a dashboard re-listing dead letters
+// would delete them. The queue has no dead-letter route of its own.
+const deadDeliveryLimit = int64(1<<31 - 1)
+
+// declareDead declares a lane's dead-letter queue. A dead-letter queue
+// declared by an earlier version of this adapter, without the delivery
+// limit, is used as it is, with a warning (its arguments cannot change; on
+// RabbitMQ 4 set a delivery-limit policy on it, or recreate it).
+func (d *Driver) declareDead(ctx context.Context, op, dlq string) error {
+	err := d.declare(ctx, op, dlq, amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum, "x-delivery-limit": deadDeliveryLimit})
+	if !errors.Is(err, errArgsDiffer) {
+		return err
+	}
+	s, cerr := d.conn.current(op)
+	if cerr != nil {
+		return cerr
+	}
+	if perr := d.withAdmin(ctx, op, func(ch *amqp.Channel) error {
+		_, err := ch.QueueDeclarePassive(dlq, true, false, false, false, nil)
+		return err
+	}); perr != nil {
+		return err
+	}
+	d.log.Warn("switchyard: dead-letter queue declared without a delivery limit by an earlier version; on RabbitMQ 4 listing its dead letters more than 20 times drops them: recreate it or set a delivery-limit policy", "queue", dlq)
+	d.adminMu.Lock()
+	d.declared[dlq] = s.gen
+	d.adminMu.Unlock()
+	return nil
 }
 
 // declareDelay declares the lane's delay queue for bucket: a durable classic
