@@ -11,10 +11,13 @@ import (
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
-// Sandbox replay: diagnose a dead letter by running a copy of it in which
-// nothing happens outside. The copy's handler runs and its steps run, but
-// every Effect is recorded in the ledger as would_do and not performed
-// (Effect returns T's zero value; Task.Job.Sandbox tells the handler).
+// Sandbox replay: diagnose a dead letter by running a copy of it. The
+// copy's handler runs and its steps run, but every switchyard.Effect is
+// recorded in the ledger as would_do and not performed (Effect returns T's
+// zero value; Task.Job.Sandbox tells the handler), and every task the
+// handler enqueues is a sandbox copy too. What the sandbox cannot stop is a
+// write the handler makes outside Effect (a direct HTTP call or database
+// write): keep side effects in Effect, or check Task.Job.Sandbox.
 
 // ReplaySandbox runs a copy of dead letter id of lane in sandbox mode and
 // returns the copy's task ID. It needs a ledger (ErrNoLedger).
@@ -73,7 +76,13 @@ func (c *Client) ReplaySandbox(ctx context.Context, lane, id, actor string) (str
 	}
 	meta[scheduler.MetaSandboxOf] = id
 
-	t, _, err := c.l.Create(ctx, &ledger.Task{ID: broker.NewID(), Tenant: d.Tenant, Kind: d.Kind, Lane: lane,
+	// The copy goes to the task's lane (for a fair lane, the lane, not the
+	// shard the dead letter sits in).
+	copyLane := c.b.LaneOf(d.Lane)
+	if orig != nil {
+		copyLane = orig.Lane
+	}
+	t, _, err := c.l.Create(ctx, &ledger.Task{ID: broker.NewID(), Tenant: d.Tenant, Kind: d.Kind, Lane: copyLane,
 		Args: d.Body, MaxAttempts: d.MaxAttempts, Metadata: meta})
 	if err != nil {
 		return "", err
@@ -104,9 +113,15 @@ func (c *Client) ReplaySandbox(ctx context.Context, lane, id, actor string) (str
 	return t.ID, nil
 }
 
+// maxDeadScan bounds how many dead letters findDead looks at.
+const maxDeadScan = 10000
+
 // findDead scans lane's dead-letter queue for id. Every delivery it
 // receives, the match included, stays leased until giveBack (always to be
-// called) returns them all to the queue.
+// called) returns them all to the queue. The scan ends at the match, at an
+// empty receive that the lane's stats confirm (brokers that sample, like
+// SQS, can answer empty while letters remain), when letters keep coming
+// round again, or after maxDeadScan letters.
 func (c *Client) findDead(ctx context.Context, lane, id string) (*broker.Delivery, func(), error) {
 	var held []*broker.Delivery
 	giveBack := func() {
@@ -116,19 +131,40 @@ func (c *Client) findDead(ctx context.Context, lane, id string) (*broker.Deliver
 			_ = c.b.Nack(gctx, d, 0) // on failure it comes back when its lease ends
 		}
 	}
-	for {
+	seen := map[string]bool{}
+	notFound := func(why string) error {
+		return fmt.Errorf("switchyard: no dead letter %s in lane %s (%s): %w", id, lane, why, ledger.ErrNotFound)
+	}
+	repeats := 0
+	for empties := 0; ; {
 		ds, err := c.b.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 100, Lease: 2 * time.Minute, Wait: time.Second, DeadLetters: true})
 		held = append(held, ds...)
 		if err != nil {
 			return nil, giveBack, err
 		}
 		if len(ds) == 0 {
-			return nil, giveBack, fmt.Errorf("switchyard: no dead letter %s in lane %s: %w", id, lane, ledger.ErrNotFound)
+			st, err := c.b.Stats(ctx, lane)
+			if err != nil || st.DeadLettered <= int64(len(seen)) || empties >= 2 {
+				return nil, giveBack, notFound(fmt.Sprintf("looked at %d", len(seen)))
+			}
+			empties++
+			continue
 		}
 		for _, d := range ds {
 			if d.ID == id {
 				return d, giveBack, nil
 			}
+			if seen[d.ID] {
+				// A duplicate in the queue, or a lease that ran out: a whole
+				// batch of them means the scan has come round.
+				if repeats++; repeats >= 100 {
+					return nil, giveBack, notFound("the scan came round to letters it had seen")
+				}
+			}
+			seen[d.ID] = true
+		}
+		if len(seen) >= maxDeadScan {
+			return nil, giveBack, notFound(fmt.Sprintf("looked at the first %d", maxDeadScan))
 		}
 	}
 }

@@ -359,3 +359,102 @@ func TestClient_ReplaySandboxThroughReview(t *testing.T) {
 		t.Errorf("after approval: %d charges, effects %+v, %d sandbox runs; want 0, one would_do, 2", charges.Load(), info.Effects, sandboxRuns.Load())
 	}
 }
+
+type notifyArgs struct {
+	Order string `json:"order"`
+}
+
+func (notifyArgs) Kind() string { return "billing.notify" }
+
+// TestClient_ReplaySandboxChildTasks: a task a sandboxed handler enqueues is
+// a sandbox copy too — its effects are recorded as would_do, not performed
+// — and its idempotency key is its own, so the real run's child task is
+// still created when the original is really replayed.
+func TestClient_ReplaySandboxChildTasks(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, b, c := withLedger(t)
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 50 * time.Millisecond, Retry: switchyardRetry()})
+	var (
+		sends    atomic.Int32
+		mu       sync.Mutex
+		buggy    = true
+		children = map[string]bool{} // child task ID → ran in sandbox
+	)
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[chargeArgs]) error {
+		mu.Lock()
+		b := buggy
+		mu.Unlock()
+		if b && !tk.Job.Sandbox {
+			return switchyard.Permanent(errors.New("bug"))
+		}
+		_, err := c.Enqueue(ctx, notifyArgs{Order: tk.Args.Order}, &switchyard.EnqueueOpts{IdempotencyKey: "notify-" + tk.Args.Order})
+		return err
+	}, nil)
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[notifyArgs]) error {
+		_, err := switchyard.Effect(ctx, "send", func(ctx context.Context) (bool, error) {
+			sends.Add(1)
+			return true, nil
+		}, nil)
+		mu.Lock()
+		children[tk.ID] = tk.Job.Sandbox
+		mu.Unlock()
+		return err
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	r, err := c.Enqueue(ctx, chargeArgs{Order: "O-9"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		s, err := b.Stats(ctx, "batch")
+		return err == nil && s.DeadLettered == 1
+	})
+	sid, err := c.ReplaySandbox(ctx, "batch", r.ID, "operator:alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(children) == 1
+	})
+	if sends.Load() != 0 {
+		t.Fatalf("the sandboxed handler's child task performed its effect %d times", sends.Load())
+	}
+	var childID string
+	for id, sandboxed := range children {
+		childID = id
+		if !sandboxed {
+			t.Fatalf("child task %s of a sandbox run ran for real", id)
+		}
+	}
+	var child *ledger.Task
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, childID)
+		if err == nil {
+			child = info.Task
+		}
+		return err == nil && info.Task.State == ledger.Completed && len(info.Effects) == 1 && info.Effects[0].State == ledger.EffectWouldDo
+	})
+	if child.Metadata[scheduler.MetaSandboxOf] != sid || child.IdempotencyKey != "sandbox:"+sid+":notify-O-9" {
+		t.Fatalf("child task metadata %v, key %q; want sandbox of %s and its own key", child.Metadata, child.IdempotencyKey, sid)
+	}
+	// The real replay, with the bug fixed, enqueues the real child, which
+	// performs its effect once.
+	mu.Lock()
+	buggy = false
+	mu.Unlock()
+	if _, err := c.ReplayDead(ctx, "batch", 0, "operator:alice"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return sends.Load() == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(children) != 2 {
+		t.Fatalf("%d child tasks ran, want the sandbox one and the real one", len(children))
+	}
+}

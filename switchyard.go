@@ -147,6 +147,22 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 			return nil, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)
 		}
 	}
+	sandboxOf, inSandbox := scheduler.SandboxTask(ctx)
+	if inSandbox {
+		// A sandboxed handler's tasks are sandbox copies too: their effects
+		// are recorded, not performed. Their idempotency keys are their
+		// own, so a sandbox run can never take the key a real run's task
+		// will need.
+		meta := make(map[string]string, len(o.Metadata)+1)
+		for k, v := range o.Metadata {
+			meta[k] = v
+		}
+		meta[scheduler.MetaSandboxOf] = sandboxOf
+		o.Metadata = meta
+		if o.IdempotencyKey != "" {
+			o.IdempotencyKey = "sandbox:" + sandboxOf + ":" + o.IdempotencyKey
+		}
+	}
 	body, err := json.Marshal(args)
 	if err != nil {
 		return nil, broker.KindError("enqueue", broker.Permanent, broker.ErrInvalid, "encode %s args: %v", args.Kind(), err)
@@ -160,6 +176,9 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		}
 		for k, v := range o.Metadata {
 			m.Headers[metaPrefix+k] = v
+		}
+		if inSandbox {
+			m.Headers[scheduler.HeaderSandbox] = sandboxOf
 		}
 	}
 	if err := m.Validate(); err != nil {

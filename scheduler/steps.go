@@ -24,6 +24,17 @@ func stateOf(ctx context.Context) *runState {
 	return rs
 }
 
+// SandboxTask reports whether ctx is the context of a handler running a
+// sandbox replay (Job.Sandbox), and that task's ID. Client.Enqueue uses it
+// so that tasks enqueued by a sandboxed handler are sandboxed too.
+func SandboxTask(ctx context.Context) (taskID string, ok bool) {
+	rs := stateOf(ctx)
+	if rs == nil || !rs.sandbox {
+		return "", false
+	}
+	return rs.task, true
+}
+
 // ErrNotInTask is returned by Step and Effect called outside a handler.
 var ErrNotInTask = errors.New("scheduler: Step and Effect must be called with the handler's context")
 
