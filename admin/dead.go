@@ -20,7 +20,8 @@ type DeadFilter struct {
 	IDs    []string // when set, only these
 	Limit  int      // default 50, at most 1000 (listing only)
 	// Max bounds a bulk operation (Replay, Move, Purge): it acts on at most
-	// Max dead letters, oldest first; 0 means every match.
+	// Max dead letters, in the order the dead-letter queues yield them,
+	// lane by lane (not necessarily oldest first); 0 means every match.
 	Max int
 }
 
@@ -63,8 +64,21 @@ func reasonNames() string {
 	return s
 }
 
-// match reports whether dead letter d is selected by f within sc.
-func (f *DeadFilter) match(sc Scope, d *broker.Delivery) bool {
+// idSet is f.IDs as a set (nil when f has none).
+func (f *DeadFilter) idSet() map[string]bool {
+	if len(f.IDs) == 0 {
+		return nil
+	}
+	s := make(map[string]bool, len(f.IDs))
+	for _, id := range f.IDs {
+		s[id] = true
+	}
+	return s
+}
+
+// match reports whether dead letter d is selected by f within sc; ids is
+// the set of IDs to match (f.idSet(), or a subset of it), nil for any.
+func (f *DeadFilter) match(sc Scope, ids map[string]bool, d *broker.Delivery) bool {
 	if !sc.allows(d.Tenant) {
 		return false
 	}
@@ -77,7 +91,7 @@ func (f *DeadFilter) match(sc Scope, d *broker.Delivery) bool {
 	if f.Reason != "" && (d.DeadLetter == nil || d.DeadLetter.Reason != f.Reason) {
 		return false
 	}
-	if len(f.IDs) > 0 && !slices.Contains(f.IDs, d.ID) {
+	if ids != nil && !ids[d.ID] {
 		return false
 	}
 	return true
@@ -102,15 +116,89 @@ func deadItem(d *broker.Delivery) DeadItem {
 }
 
 // leased is what a scan holds: every delivery it leased, to give back at the
-// end unless an operation consumed it.
+// end unless an operation consumed it, with when each lease runs out.
 type leased struct {
-	o    *Ops
-	ds   []*broker.Delivery
-	done map[*broker.Delivery]bool
+	o     *Ops
+	lease time.Duration // the lease taken and renewed (ScanLease, capped by the broker)
+	ds    []*broker.Delivery
+	done  map[*broker.Delivery]bool      // consumed, or lost: never given back
+	lost  map[*broker.Delivery]bool      // lease lost (renewal refused): not ours
+	until map[*broker.Delivery]time.Time // when the lease runs out, at the latest
+}
+
+func (o *Ops) newLeased() *leased {
+	lease := o.cfg.ScanLease
+	if ml := o.cfg.Broker.Capabilities().MaxLease; ml > 0 && lease > ml {
+		lease = ml
+	}
+	return &leased{o: o, lease: lease, done: map[*broker.Delivery]bool{}, lost: map[*broker.Delivery]bool{},
+		until: map[*broker.Delivery]time.Time{}}
+}
+
+// add records deliveries received with a lease taken at or after since.
+func (l *leased) add(since time.Time, ds []*broker.Delivery) {
+	for _, d := range ds {
+		l.ds = append(l.ds, d)
+		l.until[d] = since.Add(l.lease)
+	}
 }
 
 // consumed marks d as settled by an operation: it is not given back.
 func (l *leased) consumed(d *broker.Delivery) { l.done[d] = true }
+
+// held counts the deliveries still held (neither consumed nor lost).
+func (l *leased) held() int {
+	n := 0
+	for _, d := range l.ds {
+		if !l.done[d] {
+			n++
+		}
+	}
+	return n
+}
+
+// keepAlive renews the leases of every held delivery once the first of them
+// is past half its lease, so that a long scan or bulk run never acts on (or
+// gives back) a message whose lease has run out. A delivery whose renewal
+// the broker refuses is marked lost: it is neither acted on nor given back.
+func (l *leased) keepAlive(ctx context.Context) {
+	now := l.o.now()
+	var hold []*broker.Delivery
+	renew := false
+	for _, d := range l.ds {
+		if l.done[d] {
+			continue
+		}
+		hold = append(hold, d)
+		if l.until[d].Sub(now) < l.lease/2 {
+			renew = true
+		}
+	}
+	if !renew {
+		return
+	}
+	B := l.o.cfg.Broker
+	if err := B.Extend(ctx, l.lease, hold...); err == nil {
+		for _, d := range hold {
+			l.until[d] = now.Add(l.lease)
+		}
+		return
+	}
+	// One at a time, to find out which leases are gone.
+	for _, d := range hold {
+		if err := B.Extend(ctx, l.lease, d); err != nil {
+			l.done[d], l.lost[d] = true, true
+			continue
+		}
+		l.until[d] = now.Add(l.lease)
+	}
+}
+
+// usable reports whether d may still be acted on: held, with at least a
+// quarter of its lease left.
+func (l *leased) usable(d *broker.Delivery) bool {
+	return !l.done[d] && l.until[d].Sub(l.o.now()) >= l.lease/4
+}
 
 // giveBack returns every delivery not consumed, without spending an
 // attempt where the driver can (dead-letter deliveries count none anyway).
@@ -132,78 +220,91 @@ func (l *leased) giveBack(ctx context.Context) {
 			_ = drv.Nack(ctx, d, 0)
 		}
 	}
+	l.ds = nil
 }
 
-// scan leases the messages of lane (its dead-letter queue with dead) until
-// the queue yields no more or stop says so, at most Config.MaxScan. The
-// deliveries are added to l; the caller gives them back.
-func (o *Ops) scan(ctx context.Context, l *leased, lane string, dead bool, stop func() bool) error {
-	n, empties := 0, 0
-	for n < o.cfg.MaxScan && (stop == nil || !stop()) {
+// scan leases the messages of lane (its dead-letter queue with dead) in
+// batches and calls each with every batch, until the queue yields no more,
+// each returns false, or l holds max deliveries (consumed ones do not
+// count). It renews the held leases as it goes. truncated reports that it
+// stopped at max with messages perhaps left unseen. The caller gives l back.
+func (o *Ops) scan(ctx context.Context, l *leased, lane string, dead bool, max int, each func([]*broker.Delivery) bool) (truncated bool, err error) {
+	empties := 0
+	for {
+		held := l.held()
+		if held >= max {
+			return true, nil
+		}
+		l.keepAlive(ctx)
 		wait := time.Duration(0)
 		if empties > 0 {
 			wait = time.Second
 		}
-		ds, err := o.cfg.Broker.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: min(100, o.cfg.MaxScan-n), Lease: o.cfg.ScanLease, Wait: wait, DeadLetters: dead})
+		since := o.now()
+		ds, err := o.cfg.Broker.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: min(100, max-held), Lease: l.lease, Wait: wait, DeadLetters: dead})
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(ds) == 0 {
 			// Brokers that sample (SQS) may answer empty while messages
 			// remain: look again (twice at most) when the counts say so.
 			if empties >= 2 {
-				return nil
+				return false, nil
 			}
 			st, err := o.cfg.Broker.Stats(ctx, lane)
 			if err != nil {
-				return err
+				return false, err
 			}
 			left := st.Ready
 			if dead {
 				left = st.DeadLettered
 			}
-			if left <= int64(n) {
-				return nil
+			if left <= int64(held) {
+				return false, nil
 			}
 			empties++
 			continue
 		}
 		empties = 0
-		l.ds = append(l.ds, ds...)
-		n += len(ds)
+		l.add(since, ds)
+		if each != nil && !each(ds) {
+			return false, nil
+		}
 	}
-	return nil
 }
 
-// scanDead leases the dead letters of the lanes f selects; the caller must
-// give them back (l.giveBack).
-func (o *Ops) scanDead(ctx context.Context, f *DeadFilter, stop func(l *leased) bool) (*leased, error) {
-	l := &leased{o: o, done: map[*broker.Delivery]bool{}}
-	if err := f.validate(); err != nil {
-		return l, err
-	}
+// eachDead scans the dead letters of the lanes f selects, one lane at a
+// time: it calls each with every batch, and gives the lane's letters back
+// (those not consumed) before it moves on to the next lane. truncated
+// reports that some lane's scan stopped at Config.MaxScan.
+func (o *Ops) eachDead(ctx context.Context, f *DeadFilter, each func(l *leased, batch []*broker.Delivery) bool) (truncated bool, err error) {
 	names, err := o.deadLanes(ctx, f.Lane)
 	if err != nil {
-		return l, err
+		return false, err
 	}
 	for _, lane := range names {
-		var st func() bool
-		if stop != nil {
-			st = func() bool { return stop(l) }
+		l := o.newLeased()
+		more := true
+		tr, err := o.scan(ctx, l, lane, true, o.cfg.MaxScan, func(b []*broker.Delivery) bool {
+			more = each(l, b)
+			return more
+		})
+		l.giveBack(ctx)
+		if err != nil {
+			return truncated, fmt.Errorf("admin: dead letters of lane %s: %w", lane, err)
 		}
-		if err := o.scan(ctx, l, lane, true, st); err != nil {
-			return l, fmt.Errorf("admin: dead letters of lane %s: %w", lane, err)
-		}
-		if stop != nil && stop(l) {
+		truncated = truncated || tr
+		if !more {
 			break
 		}
 	}
-	return l, nil
+	return truncated, nil
 }
 
 // DeadLetters lists dead letters without taking them out of their queue,
 // lane by lane, at most f.Limit of them. Out-of-scope dead letters are left
-// out; a filter naming another tenant than the scope's matches nothing.
+// out; a filter naming another tenant than the scope's matches nothing. It
+// stops scanning once it has f.Limit matches.
 func (o *Ops) DeadLetters(ctx context.Context, sc Scope, f DeadFilter) ([]DeadItem, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -217,24 +318,23 @@ func (o *Ops) DeadLetters(ctx context.Context, sc Scope, f DeadFilter) ([]DeadIt
 	if _, ok := sc.tenant(f.Tenant); !ok {
 		return out, nil
 	}
+	ids := f.idSet()
 	seen := map[string]bool{}
-	next := 0
-	collect := func(l *leased) bool {
-		for ; next < len(l.ds) && len(out) < limit; next++ {
-			d := l.ds[next]
-			if k := d.Lane + "\x00" + d.ID; f.match(sc, d) && !seen[k] {
+	_, err := o.eachDead(ctx, &f, func(_ *leased, b []*broker.Delivery) bool {
+		for _, d := range b {
+			if len(out) >= limit {
+				break
+			}
+			if k := d.Lane + "\x00" + d.ID; f.match(sc, ids, d) && !seen[k] {
 				seen[k] = true
 				out = append(out, deadItem(d))
 			}
 		}
-		return len(out) >= limit
-	}
-	l, err := o.scanDead(ctx, &f, collect)
-	defer l.giveBack(ctx)
+		return len(out) < limit
+	})
 	if err != nil {
 		return nil, err
 	}
-	collect(l)
 	return out, nil
 }
 
@@ -245,36 +345,45 @@ func (o *Ops) DeadLetter(ctx context.Context, sc Scope, lane, id string) (*DeadI
 		return nil, broker.Invalidf("admin: empty task id")
 	}
 	f := DeadFilter{Lane: lane, IDs: []string{id}}
+	if err := f.validate(); err != nil {
+		return nil, err
+	}
+	ids := f.idSet()
 	var found *DeadItem
-	next := 0
-	look := func(l *leased) bool {
-		for ; next < len(l.ds) && found == nil; next++ {
-			if d := l.ds[next]; f.match(sc, d) {
+	_, err := o.eachDead(ctx, &f, func(_ *leased, b []*broker.Delivery) bool {
+		for _, d := range b {
+			if f.match(sc, ids, d) {
 				it := deadItem(d)
 				found = &it
+				return false
 			}
 		}
-		return found != nil
-	}
-	l, err := o.scanDead(ctx, &f, look)
-	defer l.giveBack(ctx)
+		return true
+	})
 	if err != nil {
 		return nil, err
 	}
-	if look(l); found == nil {
+	if found == nil {
 		return nil, fmt.Errorf("dead letter %s: %w", id, ledger.ErrNotFound)
 	}
 	return found, nil
 }
 
 // Progress is called after each item of a bulk operation with how many are
-// done and the total (total is -1 when unknown).
+// done and the total: the number of IDs (capped by Max) for an operation by
+// IDs, -1 (unknown) for one by filter, which acts as it scans.
 type Progress func(done, total int)
 
 // Report is the outcome of a bulk operation.
 type Report struct {
 	Done   int
 	Failed []ItemError
+	// Truncated reports that the scan of some lane stopped after holding
+	// Config.MaxScan dead letters that it did not act on (they did not
+	// match, or failed): dead letters beyond them were not looked at, so
+	// more may match. Run the operation again, with a narrower filter or a
+	// larger MaxScan.
+	Truncated bool
 }
 
 // ItemError is one item a bulk operation could not handle.
@@ -283,11 +392,23 @@ type ItemError struct {
 	Err string
 }
 
-// bulk scans the dead letters f selects in sc, then calls act on each match
-// (the first copy of each task; further copies of a task already handled
-// are removed as duplicates), reporting progress. Everything else is given
-// back. With f.IDs, an ID that no dead-letter queue in scope holds is
-// reported as failed (not found).
+// actTimeout bounds one item of a bulk operation once it has started. An
+// item runs to completion (or this timeout) even when the caller's context
+// is cancelled, so a client that goes away between a publish and the
+// removal that follows it does not leave a copy in both queues.
+const actTimeout = 30 * time.Second
+
+// missingRetries is how many times a bulk operation by IDs scans again for
+// IDs it did not find (a concurrent listing may hold them for a moment).
+const missingRetries = 2
+
+// bulk acts on the dead letters f selects in sc, lane by lane and batch by
+// batch as the queues yield them: each match (the first copy of each task;
+// further copies of a task already handled are removed as duplicates) is
+// acted on at once, while its lease is fresh; the rest is given back when
+// the lane is done. The held leases are renewed as the run goes on. With
+// f.IDs, IDs not found are looked for again (up to missingRetries more
+// scans), then reported as failed.
 func (o *Ops) bulk(ctx context.Context, sc Scope, f DeadFilter, p Progress, act func(ctx context.Context, d *broker.Delivery) error) (*Report, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
@@ -296,66 +417,114 @@ func (o *Ops) bulk(ctx context.Context, sc Scope, f DeadFilter, p Progress, act 
 	if _, ok := sc.tenant(f.Tenant); !ok {
 		return rep, nil
 	}
-	l, err := o.scanDead(ctx, &f, nil)
-	defer l.giveBack(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var work []*broker.Delivery
-	var dups []*broker.Delivery
-	picked := map[string]bool{}
-	for _, d := range l.ds {
-		if !f.match(sc, d) {
-			continue
-		}
-		if picked[d.ID] {
-			dups = append(dups, d)
-			continue
-		}
-		if f.Max > 0 && len(work) == f.Max {
-			continue
-		}
-		picked[d.ID] = true
-		work = append(work, d)
-	}
-	total := len(work)
-	missing := map[string]bool{}
-	for _, id := range f.IDs {
-		if !picked[id] && !missing[id] {
-			missing[id] = true
-			rep.Failed = append(rep.Failed, ItemError{ID: id, Err: fmt.Sprintf("no dead letter %s in scope", id)})
+	total := -1
+	ids := f.idSet()
+	if len(ids) > 0 {
+		total = len(ids)
+		if f.Max > 0 {
+			total = min(total, f.Max)
 		}
 	}
-	for i, d := range work {
-		if err := ctx.Err(); err != nil {
+	picked := map[string]bool{}  // tasks acted on (or tried)
+	handled := map[string]bool{} // tasks acted on successfully
+	tried := 0
+	full := func() bool { return f.Max > 0 && tried >= f.Max }
+	pass := func(want map[string]bool) (bool, error) {
+		return o.eachDead(ctx, &f, func(l *leased, b []*broker.Delivery) bool {
+			for _, d := range b {
+				if ctx.Err() != nil {
+					return false
+				}
+				if !f.match(sc, want, d) {
+					continue
+				}
+				if picked[d.ID] {
+					if handled[d.ID] {
+						// An extra copy of a task handled above: remove it.
+						actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actTimeout)
+						if o.cfg.Broker.Ack(actx, d) == nil {
+							l.consumed(d)
+						}
+						cancel()
+					}
+					continue
+				}
+				if full() {
+					return false
+				}
+				l.keepAlive(ctx)
+				picked[d.ID] = true
+				tried++
+				if !l.usable(d) {
+					rep.Failed = append(rep.Failed, ItemError{ID: d.ID, Err: "its lease ran out before it could be handled; nothing done, try again"})
+				} else {
+					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actTimeout)
+					err := act(actx, d)
+					cancel()
+					if err != nil {
+						rep.Failed = append(rep.Failed, ItemError{ID: d.ID, Err: err.Error()})
+					} else {
+						l.consumed(d)
+						handled[d.ID] = true
+						rep.Done++
+					}
+				}
+				if p != nil {
+					p(tried, total)
+				}
+			}
+			return !full()
+		})
+	}
+	tr, err := pass(ids)
+	rep.Truncated = tr
+	for retry := 0; err == nil && len(ids) > 0 && !full() && !tr && retry < missingRetries; retry++ {
+		missing := map[string]bool{}
+		for id := range ids {
+			if !picked[id] {
+				missing[id] = true
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if err := o.sleep(ctx, time.Duration(retry+1)*500*time.Millisecond); err != nil {
 			return rep, err
 		}
-		if err := act(ctx, d); err != nil {
-			rep.Failed = append(rep.Failed, ItemError{ID: d.ID, Err: err.Error()})
-		} else {
-			l.consumed(d)
-			rep.Done++
-		}
-		if p != nil {
-			p(i+1, total)
-		}
+		tr, err = pass(missing)
+		rep.Truncated = rep.Truncated || tr
 	}
-	// Extra copies of a task handled above are duplicates: remove them.
-	for _, d := range dups {
-		for _, w := range work {
-			if w.ID == d.ID && l.done[w] {
-				if o.cfg.Broker.Ack(ctx, d) == nil {
-					l.consumed(d)
-				}
-				break
+	if err != nil {
+		return rep, err
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+	if !full() {
+		reported := map[string]bool{}
+		for _, id := range f.IDs {
+			if picked[id] || reported[id] {
+				continue
 			}
+			reported[id] = true
+			msg := fmt.Sprintf("no dead letter %s in scope", id)
+			if rep.Truncated {
+				msg = fmt.Sprintf("dead letter %s not found among the dead letters looked at (the scan stopped at Config.MaxScan)", id)
+			}
+			rep.Failed = append(rep.Failed, ItemError{ID: id, Err: msg})
 		}
 	}
 	return rep, nil
 }
 
 // Replay moves the selected dead letters back to their live lanes (their
-// tasks back to queued, with a "replayed" event naming who).
+// tasks back to queued, with a "replayed" event naming who), through
+// broker.Broker.Replay. When the broker refuses the replay outright
+// (invalid, unsupported, closed), the task goes back to dead in the ledger.
+// Any other failure may have come after the copy was published (a publish
+// then a removal), so the task is left queued rather than risk sending a
+// replayed copy to a task the ledger calls dead: the item is reported
+// failed, and the dead letter, if still there, can be replayed again.
 func (o *Ops) Replay(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Progress) (*Report, error) {
 	return o.bulk(ctx, sc, f, p, func(ctx context.Context, d *broker.Delivery) error {
 		revert, err := o.requeueTask(ctx, d.ID, "replayed", "", who)
@@ -363,11 +532,36 @@ func (o *Ops) Replay(ctx context.Context, sc Scope, f DeadFilter, who Actor, p P
 			return err
 		}
 		if err := o.cfg.Broker.Replay(ctx, d); err != nil {
-			revert("replay_failed", err)
-			return err
+			if nothingPublished(err) {
+				revert("replay_failed", err)
+				return err
+			}
+			return fmt.Errorf("replay failed, perhaps after publishing (the task is left queued; replay it again if it is still a dead letter): %w", err)
 		}
 		return nil
 	})
+}
+
+// nothingPublished reports whether err is a refusal that happens before
+// anything is published.
+func nothingPublished(err error) bool {
+	return errors.Is(err, broker.ErrInvalid) || errors.Is(err, broker.ErrUnsupported) || errors.Is(err, broker.ErrClosed) ||
+		errors.Is(err, broker.ErrTooLarge)
+}
+
+// removeDead acks dead letter d after a copy of it was published (trying
+// twice); the error says the copy went out.
+func (o *Ops) removeDead(ctx context.Context, d *broker.Delivery, verb string) error {
+	err := o.cfg.Broker.Ack(ctx, d)
+	if err != nil && !errors.Is(err, broker.ErrLeaseLost) && ctx.Err() == nil {
+		err = o.cfg.Broker.Ack(ctx, d)
+	}
+	if err != nil {
+		// Published but still in the dead-letter queue: a later purge
+		// (by ID) removes it; the task runs from its live lane.
+		return fmt.Errorf("%s, but not removed from the dead-letter queue (purge it by ID): %w", verb, err)
+	}
+	return nil
 }
 
 // requeueTask moves the ledger's task from dead (or failed) back to queued
@@ -429,20 +623,22 @@ func (o *Ops) Move(ctx context.Context, sc Scope, f DeadFilter, toLane string, w
 		return nil, err
 	}
 	return o.bulk(ctx, sc, f, p, func(ctx context.Context, d *broker.Delivery) error {
+		if d.Lane == toLane {
+			// A copy published next to the dead letter it is would be
+			// taken for it by some brokers (same ID): that is a replay.
+			return fmt.Errorf("already a dead letter of lane %s: replay it instead", toLane)
+		}
 		revert, err := o.requeueTask(ctx, d.ID, "moved", "from lane "+d.Lane+" to lane "+toLane, who)
 		if err != nil {
 			return err
 		}
 		if _, err := o.cfg.Broker.PublishOne(ctx, movedCopy(d, toLane)); err != nil {
-			revert("move_failed", err)
+			if !errors.Is(err, broker.ErrUnknownOutcome) {
+				revert("move_failed", err)
+			}
 			return err
 		}
-		if err := o.cfg.Broker.Ack(ctx, d); err != nil {
-			// Published but still in the dead-letter queue: a later move
-			// or purge removes it; the task runs from its new lane.
-			return fmt.Errorf("moved, but not removed from the dead-letter queue: %w", err)
-		}
-		return nil
+		return o.removeDead(ctx, d, "moved")
 	})
 }
 
@@ -497,7 +693,8 @@ func (o *Ops) Purge(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Pr
 
 // Peek returns up to n ready messages of lane (default 10, at most 1000)
 // without taking them or spending an attempt. A scoped caller sees its own
-// tenant's only.
+// tenant's only: Peek leases at most n messages whatever their tenant, so a
+// scoped caller may see fewer than n even when more of its own are ready.
 //
 // Peek leases the messages for a moment and gives them back with
 // broker.Broker.Release: where the driver has no native release, that
@@ -515,20 +712,15 @@ func (o *Ops) Peek(ctx context.Context, sc Scope, lane string, n int) ([]*broker
 	}
 	n = min(n, 1000)
 	out := []*broker.Message{}
-	l := &leased{o: o, done: map[*broker.Delivery]bool{}}
+	l := o.newLeased()
 	defer l.giveBack(ctx)
-	next := 0
-	collect := func() bool {
-		for ; next < len(l.ds) && len(out) < n; next++ {
-			if d := l.ds[next]; sc.allows(d.Tenant) {
-				out = append(out, d.Message.Clone())
-			}
-		}
-		return len(out) >= n
-	}
-	if err := o.scan(ctx, l, lane, false, collect); err != nil {
+	if _, err := o.scan(ctx, l, lane, false, n, nil); err != nil {
 		return nil, err
 	}
-	collect()
+	for _, d := range l.ds {
+		if sc.allows(d.Tenant) {
+			out = append(out, d.Message.Clone())
+		}
+	}
 	return out, nil
 }

@@ -12,14 +12,19 @@
 //
 // The broker's dead-letter queue is the source of truth for dead letters.
 // Listing them (DeadLetters, DeadLetter) and peeking at a live lane (Peek)
-// take nothing and spend no attempt: Ops leases every message of the queue
-// in batches, keeps them all leased until the scan ends (so each is seen
-// once), then gives them back. Bulk operations (Replay, Move, Purge) scan the
-// same way, act on the matching dead letters and give back the rest. While a
-// scan holds a lane's dead letters, a concurrent scan of the same lane sees
-// fewer of them; a scan looks at no more than Config.MaxScan dead letters per
-// lane.
-//
+// take nothing and spend no attempt: Ops leases the messages of a queue in
+// batches, keeps them leased until it has what it needs (so each is seen
+// once), then gives them back; a listing stops as soon as it has its limit.
+// Bulk operations (Replay, Move, Purge) go lane by lane and batch by batch:
+// each matching dead letter is acted on as soon as it is leased, the rest
+// of the lane is held (its leases renewed with broker.Broker.Extend as the
+// run goes on) and given back before the next lane. Once an item's publish
+// has started it runs to its end even if the caller's context is cancelled.
+// While a scan holds a lane's dead letters, a concurrent scan of the same
+// lane sees fewer of them (a bulk operation by IDs looks again for IDs it
+// did not find); a scan holds no more than Config.MaxScan messages per lane
+// at a time (Report.Truncated says when that stopped a bulk operation).
+
 // With a ledger, every state-changing operation writes an event naming its
 // Actor to the affected task's log: "replayed" and "moved" (the task goes
 // from dead back to queued), "purged" (the task stays dead), and sandbox
@@ -66,12 +71,15 @@ type Config struct {
 	// Objectives are the lanes' wait objectives, reported with the lane
 	// stats (OldestReady above it is "late"). Defaults to the default lanes'.
 	Objectives map[string]time.Duration
-	// MaxScan is the most dead letters (or, for Peek, ready messages) one
-	// operation leases per lane while it scans. Defaults to 10000.
+	// MaxScan is the most dead letters one operation holds leased per lane
+	// at a time (those it looked at and did not remove). A listing or lookup
+	// that reaches it stops there; a bulk operation stops for that lane and
+	// sets Report.Truncated. Defaults to 10000.
 	MaxScan int
-	// ScanLease is how long a scan keeps the messages it has seen leased;
-	// it bounds how long one operation may take per lane. Defaults to 5
-	// minutes (capped by the broker's longest lease).
+	// ScanLease is the lease a scan takes on the messages it holds; the
+	// leases are renewed while an operation runs, and an item whose lease
+	// has run out is not acted on. Defaults to 5 minutes (capped by the
+	// broker's longest lease).
 	ScanLease time.Duration
 }
 
@@ -92,6 +100,20 @@ type KindSpec struct {
 type Ops struct {
 	cfg    Config
 	client *switchyard.Client
+	now    func() time.Time // the clock leases are reckoned by (tests move it)
+	sleep  func(ctx context.Context, d time.Duration) error
+}
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // New returns Ops over cfg. It refuses a nil broker and invalid lane or
@@ -138,7 +160,7 @@ func New(cfg Config) (*Ops, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Ops{cfg: cfg, client: c}, nil
+	return &Ops{cfg: cfg, client: c, now: time.Now, sleep: sleepCtx}, nil
 }
 
 // Client returns the Client Ops enqueues and replays through.
