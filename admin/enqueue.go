@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 )
 
 // EnqueueRequest is one task submitted through ingestion or the CLI.
@@ -23,6 +27,10 @@ type EnqueueRequest struct {
 	Deadline       time.Time         `json:"deadline,omitempty"`
 	MaxAttempts    int               `json:"max_attempts,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// Actor is who submits the task (the HTTP API sets the token). When
+	// set, with a ledger, a newly created task gets a "submitted" event
+	// naming it (the ledger's own "enqueued" event names no one).
+	Actor Actor `json:"-"`
 }
 
 // rawArgs are task arguments already encoded as a JSON object. Client.Enqueue
@@ -42,14 +50,39 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 //
 // Args must be a JSON object (absent means {}); they become the task's
 // arguments as given, compacted. The lane defaults to the kind's
-// KindSpec.Lane, then to the Client's default. A scoped caller's tasks
-// belong to its tenant; a request naming another tenant is invalid.
+// KindSpec.Lane, then to the Client's default; a request may name another
+// lane only if the kind's KindSpec.Lanes allows it (when set), and never a
+// fair lane's shard ("batch:fair-3", which would bypass the tenant
+// hashing). A scoped caller's tasks belong to its tenant; a request naming
+// another tenant is invalid.
+//
+// When the task was enqueued but its "submitted" event (r.Actor) could
+// not be recorded, Enqueue returns the result and an error.
 func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchyard.EnqueueResult, error) {
 	args, opts, err := o.enqueueArgs(sc, r)
 	if err != nil {
 		return nil, err
 	}
-	return o.client.Enqueue(ctx, args, opts)
+	res, err := o.client.Enqueue(ctx, args, opts)
+	if err != nil {
+		return nil, err
+	}
+	if r.Actor != "" && !res.Duplicate && o.cfg.Ledger != nil {
+		err := o.cfg.Ledger.AppendEvent(ctx, ledger.Event{TaskID: res.ID, At: time.Now(), Reason: "submitted", Actor: r.Actor.String()})
+		if err != nil {
+			return res, fmt.Errorf("admin: task %s enqueued, but its submitted event was not recorded: %w", res.ID, err)
+		}
+	}
+	return res, nil
+}
+
+// allowedLanes are the lanes a request for a kind of spec may name.
+func allowedLanes(spec KindSpec) []string {
+	out := slices.Clone(spec.Lanes)
+	if spec.Lane != "" && !slices.Contains(out, spec.Lane) {
+		out = append([]string{spec.Lane}, out...)
+	}
+	return out
 }
 
 func (o *Ops) enqueueArgs(sc Scope, r EnqueueRequest) (rawArgs, *switchyard.EnqueueOpts, error) {
@@ -88,6 +121,12 @@ func (o *Ops) enqueueArgs(sc Scope, r EnqueueRequest) (rawArgs, *switchyard.Enqu
 	if lane != "" {
 		if err := broker.ValidateName("lane", lane); err != nil {
 			return rawArgs{}, nil, err
+		}
+		if l, _, ok := broker.SplitFairShard(lane); ok {
+			return rawArgs{}, nil, broker.Invalidf("lane %q is a shard of fair lane %s: name the lane itself", lane, l)
+		}
+		if r.Lane != "" && r.Lane != spec.Lane && len(spec.Lanes) > 0 && !slices.Contains(spec.Lanes, r.Lane) {
+			return rawArgs{}, nil, broker.Invalidf("kind %s cannot be enqueued to lane %q (allowed: %s)", r.Kind, r.Lane, strings.Join(allowedLanes(spec), ", "))
 		}
 	}
 	opts := &switchyard.EnqueueOpts{Lane: lane, IdempotencyKey: r.IdempotencyKey, Tenant: tenant, OrderingKey: r.OrderingKey,

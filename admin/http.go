@@ -26,13 +26,19 @@ type HandlerConfig struct {
 	// required; names and secrets must be unique.
 	Tokens []Token
 	// Metrics, when set, is served at /metrics to any authenticated token
-	// (telemetry.Telemetry.Handler, for example). Defaults to nil: no
-	// /metrics route.
+	// that is not tenant-scoped (the metrics cover every tenant; a scoped
+	// token gets 403), telemetry.Telemetry.Handler for example. Defaults to
+	// nil: no /metrics route.
 	Metrics http.Handler
-	// Logger receives the audit log (every state-changing call, with the
-	// token's name), refused requests and internal errors. Defaults to
-	// slog.Default().
+	// Logger receives refused requests (Warn), internal errors (Error) and,
+	// unless AuditLogger is set, the audit log. Defaults to slog.Default().
 	Logger *slog.Logger
+	// AuditLogger receives the audit log: one Info record "admin action"
+	// per state-changing call, with the token's name, role and tenant, the
+	// status and what was done. Defaults to Logger. NewHandler fails when
+	// it does not take Info records, so the audit log is never dropped
+	// silently by a logger set to Warn: give a logger of its own then.
+	AuditLogger *slog.Logger
 	// TrustedOrigins are extra origins ("https://ops.example.com") allowed
 	// to make state-changing requests from a browser, for a dashboard
 	// served from another origin. Defaults to none: same origin only.
@@ -41,7 +47,20 @@ type HandlerConfig struct {
 	MaxBodyBytes int64
 	// ReadyTimeout bounds the /readyz check. Defaults to 3 s.
 	ReadyTimeout time.Duration
+	// RequestTimeout bounds every API call but the bulk dead-letter
+	// operations (a 504 when it runs out). Defaults to 30 s.
+	RequestTimeout time.Duration
+	// BulkTimeout bounds a bulk dead-letter operation (replay, move, purge
+	// by IDs or filter); an item already started is finished. Defaults to
+	// 15 minutes.
+	BulkTimeout time.Duration
 }
+
+// Defaults of HandlerConfig.RequestTimeout and BulkTimeout.
+const (
+	DefaultRequestTimeout = 30 * time.Second
+	DefaultBulkTimeout    = 15 * time.Minute
+)
 
 // DefaultMaxBodyBytes is HandlerConfig.MaxBodyBytes's default.
 const DefaultMaxBodyBytes = 1 << 20
@@ -73,9 +92,24 @@ func NewHandler(ops *Ops, cfg HandlerConfig) (http.Handler, error) {
 		mux:     http.NewServeMux(),
 		maxBody: cfg.MaxBodyBytes,
 		readyTO: cfg.ReadyTimeout,
+		reqTO:   cfg.RequestTimeout,
+		bulkTO:  cfg.BulkTimeout,
 	}
 	if h.log == nil {
 		h.log = slog.Default()
+	}
+	h.audit = cfg.AuditLogger
+	if h.audit == nil {
+		h.audit = h.log
+	}
+	if !h.audit.Enabled(context.Background(), slog.LevelInfo) {
+		return nil, broker.Invalidf("admin: the audit logger discards Info records, so the audit log would be lost: set HandlerConfig.AuditLogger to a logger that keeps them")
+	}
+	if h.reqTO <= 0 {
+		h.reqTO = DefaultRequestTimeout
+	}
+	if h.bulkTO <= 0 {
+		h.bulkTO = DefaultBulkTimeout
 	}
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
@@ -105,6 +139,9 @@ type handler struct {
 	mux     *http.ServeMux
 	maxBody int64
 	readyTO time.Duration
+	reqTO   time.Duration
+	bulkTO  time.Duration
+	audit   *slog.Logger
 }
 
 // ServeHTTP sets the security headers every response carries and
@@ -164,9 +201,19 @@ func badRequest(format string, args ...any) error {
 // requires. Every POST route is state-changing: it must pass the
 // cross-origin check, carry a JSON body (or none, declared as JSON), and
 // it is audit-logged.
+//
+// The call's context ends after HandlerConfig.RequestTimeout, or
+// BulkTimeout for the routes under dead/ that take a bulk body.
 func (h *handler) handle(pattern string, need access, fn apiFunc) {
 	changes := strings.HasPrefix(pattern, "POST ")
+	timeout := h.reqTO
+	if changes && (strings.HasSuffix(pattern, "/dead/replay") || strings.HasSuffix(pattern, "/dead/move") || strings.HasSuffix(pattern, "/dead/purge")) {
+		timeout = h.bulkTO
+	}
 	h.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		r = r.WithContext(ctx)
 		c := &call{}
 		if need != accessPublic {
 			tok, ok := h.authenticate(w, r, need)
@@ -211,7 +258,8 @@ func (h *handler) handle(pattern string, need access, fn apiFunc) {
 			if err != nil {
 				attrs = append(attrs, slog.String("error", err.Error()))
 			}
-			h.log.LogAttrs(r.Context(), slog.LevelInfo, "admin action", toAttrs(attrs)...)
+			// Logged after the call's deadline too.
+			h.audit.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelInfo, "admin action", toAttrs(attrs)...)
 		}
 	})
 }

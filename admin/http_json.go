@@ -236,8 +236,9 @@ func reviewOut(it *switchyard.ReviewItem, withArgs bool) reviewJSON {
 }
 
 type reportJSON struct {
-	Done   int             `json:"done"`
-	Failed []itemErrorJSON `json:"failed"`
+	Done      int             `json:"done"`
+	Failed    []itemErrorJSON `json:"failed"`
+	Truncated bool            `json:"truncated"`
 }
 
 type itemErrorJSON struct {
@@ -250,7 +251,7 @@ func reportOut(r *Report) reportJSON {
 	if r == nil {
 		return out
 	}
-	out.Done = r.Done
+	out.Done, out.Truncated = r.Done, r.Truncated
 	for _, f := range r.Failed {
 		out.Failed = append(out.Failed, itemErrorJSON{ID: f.ID, Error: f.Err})
 	}

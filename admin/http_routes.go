@@ -26,9 +26,18 @@ func (h *handler) routes(metrics http.Handler) error {
 	}
 	if metrics != nil {
 		h.mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-			if _, ok := h.authenticate(w, r, accessAny); ok {
-				metrics.ServeHTTP(w, r)
+			tok, ok := h.authenticate(w, r, accessAny)
+			if !ok {
+				return
 			}
+			if tok.Tenant != "" {
+				// The metrics name every tenant's kinds and counts.
+				h.refused(r, tok, http.StatusForbidden, "tenant-scoped token")
+				w.Header().Set("Cache-Control", "no-store")
+				writeError(w, http.StatusForbidden, "a tenant-scoped token cannot read /metrics: they cover every tenant")
+				return
+			}
+			metrics.ServeHTTP(w, r)
 		})
 	}
 
@@ -64,8 +73,17 @@ func (h *handler) readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.readyTO)
 	defer cancel()
 	if err := h.ops.Ready(ctx); err != nil {
+		// The detail (hosts, users, databases) goes to the log only: this
+		// route answers anyone.
 		h.log.LogAttrs(r.Context(), slog.LevelWarn, "admin: not ready", slog.String("error", err.Error()))
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "not ready: " + err.Error()})
+		what := "the broker or the ledger does not answer"
+		switch {
+		case strings.HasPrefix(err.Error(), "admin: broker"):
+			what = "the broker does not answer"
+		case strings.HasPrefix(err.Error(), "admin: ledger"):
+			what = "the ledger does not answer"
+		}
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "not ready: " + what + " (details in the server's log)"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
@@ -82,6 +100,9 @@ func (h *handler) lanes(r *http.Request, c *call) (int, any, error) {
 	}
 	out := make([]laneJSON, 0, len(ls))
 	for _, l := range ls {
+		if c.scope.Tenant != "" {
+			l.PausedBy = "" // another token's name
+		}
 		out = append(out, laneOut(l))
 	}
 	return http.StatusOK, map[string]any{"lanes": out, "at": time.Now().UTC()}, nil
@@ -194,10 +215,16 @@ func (h *handler) enqueue(r *http.Request, c *call) (int, any, error) {
 		return 0, nil, badRequest("kind is required")
 	}
 	req.IdempotencyKey = key
+	req.Actor = c.who
 	c.note(slog.String("kind", req.Kind), slog.String("lane", req.Lane), slog.String("task_tenant", req.Tenant))
 	res, err := h.ops.Enqueue(r.Context(), c.scope, req)
-	if err != nil {
+	if err != nil && res == nil {
 		return 0, nil, err
+	}
+	if err != nil {
+		// Enqueued; only its "submitted" event is missing.
+		h.internal(r, err)
+		c.note(slog.String("event_error", err.Error()))
 	}
 	c.note(slog.String("id", res.ID), slog.Bool("duplicate", res.Duplicate))
 	out := enqueuedJSON{ID: res.ID, Duplicate: res.Duplicate, StatusURL: statusURL(r, res.ID)}

@@ -617,8 +617,11 @@ func TestHandler_DeadLetters(t *testing.T) {
 	e.waitDead("batch", a, 1)
 	b := e.enqueue(flakyArgs{Item: "b"}, &switchyard.EnqueueOpts{Lane: "batch", Tenant: "acme"})
 	e.waitDead("batch", b, 2)
+	// globex's dead letter must survive everything acme's token does.
+	g := e.enqueue(flakyArgs{Item: "g"}, &switchyard.EnqueueOpts{Lane: "batch", Tenant: "globex"})
+	e.waitDead("batch", g, 3)
 
-	r := e.call("GET", "dead?lane=batch", readSecret, nil, nil)
+	r := e.call("GET", "dead?lane=batch&tenant=&limit=2", readSecret, nil, nil)
 	var list struct {
 		Dead []struct {
 			ID, Lane, Kind, Tenant, Reason, Error string
@@ -643,7 +646,7 @@ func TestHandler_DeadLetters(t *testing.T) {
 		t.Errorf("unknown state: %d %s", r.status, r.body)
 	}
 	// The acme token sees only acme's dead letter, and a as not found.
-	if r := e.call("GET", "dead", acmeSecret, nil, nil); !strings.Contains(string(r.body), b) || strings.Contains(string(r.body), a) {
+	if r := e.call("GET", "dead", acmeSecret, nil, nil); !strings.Contains(string(r.body), b) || strings.Contains(string(r.body), a) || strings.Contains(string(r.body), g) {
 		t.Errorf("acme GET dead: %s", r.body)
 	}
 	if r := e.call("GET", "dead/batch/"+a, acmeSecret, nil, nil); r.status != http.StatusNotFound {
@@ -669,7 +672,7 @@ func TestHandler_DeadLetters(t *testing.T) {
 			t.Errorf("POST %s %s: %d %s, want 400 mentioning %q", c.path, c.body, r.status, r.body, c.want)
 		}
 	}
-	if s, _ := e.b.Stats(e.ctx, "batch"); s.DeadLettered != 2 {
+	if s, _ := e.b.Stats(e.ctx, "batch"); s.DeadLettered != 3 {
 		t.Fatalf("refused bulk calls changed the dead-letter queue: %+v", s)
 	}
 
@@ -703,13 +706,17 @@ func TestHandler_DeadLetters(t *testing.T) {
 		len(detail.Events) < 5 || len(detail.Effects) != 1 || detail.Effects[0].Key != "reserve/a" {
 		t.Errorf("task detail: %d %s", r.status, r.body)
 	}
-	// Purging b by filter works for acme's token (its own tenant only).
+	// Purging b by filter works for acme's token (its own tenant only):
+	// globex's dead letter, in the same lane, stays.
 	r = e.call("POST", "dead/purge", acmeSecret, map[string]any{"filter": map[string]string{"lane": "batch"}}, nil)
-	if r.status != http.StatusOK || r.json(t)["done"] != float64(1) {
+	if r.status != http.StatusOK || r.json(t)["done"] != float64(1) || r.json(t)["truncated"] != false {
 		t.Fatalf("acme purge: %d %s", r.status, r.body)
 	}
-	if s, _ := e.b.Stats(e.ctx, "batch"); s.DeadLettered != 0 {
+	if s, _ := e.b.Stats(e.ctx, "batch"); s.DeadLettered != 1 {
 		t.Errorf("after purge: %+v", s)
+	}
+	if r := e.call("GET", "dead?lane=batch", readSecret, nil, nil); !strings.Contains(string(r.body), g) || strings.Contains(string(r.body), b) {
+		t.Errorf("after acme's purge: %s, want globex's %s only", r.body, g)
 	}
 	logs := e.logs.String()
 	for _, want := range []string{`action="POST /api/v1/dead/replay"`, "token=ops-admin", `action="POST /api/v1/dead/purge"`, "token=acme-admin", "status=200"} {

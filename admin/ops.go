@@ -94,6 +94,10 @@ type KindSpec struct {
 	Validate func(args json.RawMessage) error
 	// Lane is the default lane of the kind ("" = the client's default).
 	Lane string
+	// Lanes, when set, are the lanes a request may name for the kind
+	// besides Lane; a request naming another lane is refused. Nil lets a
+	// request name any lane (but never a fair lane's shard).
+	Lanes []string
 }
 
 // Ops are the operator operations. They are safe for concurrent use.
@@ -134,6 +138,11 @@ func New(cfg Config) (*Ops, error) {
 		if spec.Lane != "" {
 			if err := broker.ValidateName("lane", spec.Lane); err != nil {
 				return nil, fmt.Errorf("admin: Config.Kinds[%q].Lane: %w", k, err)
+			}
+		}
+		for _, l := range spec.Lanes {
+			if err := broker.ValidateName("lane", l); err != nil {
+				return nil, fmt.Errorf("admin: Config.Kinds[%q].Lanes: %w", k, err)
 			}
 		}
 	}
