@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -20,7 +22,9 @@ const dlqUsage = `usage: switchyard dlq <ls|show|replay|move|purge> --broker URL
   move --to LANE     publish the selected dead letters to another lane's live queue
   purge              delete the selected dead letters for good
 filters: --lane L (default: every lane), --kind K, --tenant T, --reason R, --id ID (repeatable)
-replay, move and purge show what they would affect and ask first unless --yes.`
+replay, move and purge list what they would affect and ask first unless --yes; they then
+act on exactly the dead letters listed (by ID), unless the list was cut short at 1000:
+then they act by the filter, on every match at the time they run (the question says so).`
 
 func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -102,28 +106,11 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return err
 		}
 	}
-	f.Max = *limit
-	preview := f
-	preview.Limit = 1000
-	if f.Max > 0 {
-		preview.Limit = min(f.Max, 1000)
-	}
-	items, err := ops.DeadLetters(ctx, admin.Scope{}, preview)
+	// The preview is what gets acted on: by the IDs it shows, unless it
+	// was cut short (then by the filter, and the question says so).
+	items, byFilter, err := dlqPreview(ctx, ops, f, *limit, limitSet(c.fs))
 	if err != nil {
 		return err
-	}
-	var missing []string
-	for _, id := range f.IDs {
-		found := false
-		for _, it := range items {
-			found = found || it.ID == id
-		}
-		if !found {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("no dead letter %s%s; nothing changed", strings.Join(missing, ", "), whereLane(f.Lane))
 	}
 	if len(items) == 0 {
 		if *c.asJSON {
@@ -133,12 +120,29 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return nil
 	}
 	verb := map[string]string{"replay": "replayed", "move": "moved", "purge": "purged"}[sub]
+	act := f
+	what := fmt.Sprintf("these %d dead letters", len(items))
+	if len(items) == 1 {
+		what = "this dead letter"
+	}
+	if byFilter {
+		act.Max = *limit
+		what = fmt.Sprintf("every dead letter matching (at least the %d listed, and any that arrive before it runs)", len(items))
+		if *limit > 0 {
+			what = fmt.Sprintf("up to %d matching dead letters (the first %d listed; more may arrive before it runs)", *limit, len(items))
+		}
+	} else {
+		act.IDs, act.Max = nil, 0
+		seen := map[string]bool{}
+		for _, it := range items {
+			if !seen[it.ID] {
+				seen[it.ID] = true
+				act.IDs = append(act.IDs, it.ID)
+			}
+		}
+	}
 	if !*yes {
 		printDead(stderr, items)
-		what := fmt.Sprintf("%d dead letter(s)", len(items))
-		if len(items) == preview.Limit && f.Max == 0 {
-			what = fmt.Sprintf("at least %d dead letters (every match)", len(items))
-		}
 		q := fmt.Sprintf("%s %s? [y/N] ", sub, what)
 		if sub == "move" {
 			q = fmt.Sprintf("move %s to lane %s? [y/N] ", what, *to)
@@ -150,6 +154,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("not confirmed; nothing %s", verb)
 		}
 	}
+	f = act
 	p, finish := progress(stderr, verb)
 	var rep *admin.Report
 	switch sub {
@@ -163,7 +168,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	finish()
 	if rep != nil {
 		if *c.asJSON {
-			out := reportJSON{Done: rep.Done, Failed: []itemErrJSON{}}
+			out := reportJSON{Done: rep.Done, Failed: []itemErrJSON{}, Truncated: rep.Truncated}
 			for _, e := range rep.Failed {
 				out.Failed = append(out.Failed, itemErrJSON{e.ID, e.Err})
 			}
@@ -177,7 +182,10 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			}
 			fmt.Fprintf(stdout, "%s %d dead letter(s) %s\n", verb, rep.Done, where)
 			for _, e := range rep.Failed {
-				fmt.Fprintf(stdout, "  failed %s: %s\n", e.ID, e.Err)
+				fmt.Fprintf(stdout, "  failed %s: %s\n", term(e.ID), oneLine(e.Err, 300))
+			}
+			if rep.Truncated {
+				fmt.Fprintln(stdout, "  the scan stopped at its limit of dead letters held at once: more may match; run it again")
 			}
 		}
 		if err == nil && len(rep.Failed) > 0 {
@@ -203,8 +211,67 @@ func reasonList() string {
 }
 
 type reportJSON struct {
-	Done   int           `json:"done"`
-	Failed []itemErrJSON `json:"failed"`
+	Done      int           `json:"done"`
+	Failed    []itemErrJSON `json:"failed"`
+	Truncated bool          `json:"truncated,omitempty"`
+}
+
+// previewMax is the most dead letters a preview lists (DeadLetters' cap).
+const previewMax = 1000
+
+// dlqPreview lists what a replay, move or purge would act on. With --id it
+// looks every ID up (previewMax at a time) and refuses IDs it cannot find;
+// limit caps the IDs only when given explicitly. byFilter reports that the
+// list was cut short, so the operation must run by filter.
+func dlqPreview(ctx context.Context, ops *admin.Ops, f admin.DeadFilter, limit int, limitGiven bool) (items []admin.DeadItem, byFilter bool, err error) {
+	if len(f.IDs) > 0 {
+		found := map[string]bool{}
+		for i := 0; i < len(f.IDs); i += previewMax {
+			q := f
+			q.IDs, q.Limit, q.Max = f.IDs[i:min(i+previewMax, len(f.IDs))], previewMax, 0
+			got, err := ops.DeadLetters(ctx, admin.Scope{}, q)
+			if err != nil {
+				return nil, false, err
+			}
+			for _, it := range got {
+				found[it.ID] = true
+			}
+			items = append(items, got...)
+		}
+		var missing []string
+		for _, id := range f.IDs {
+			if !found[id] && !slices.Contains(missing, id) {
+				missing = append(missing, id)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, false, fmt.Errorf("no dead letter %s%s; nothing changed", strings.Join(missing, ", "), whereLane(f.Lane))
+		}
+		if limitGiven && limit > 0 && len(items) > limit {
+			items = items[:limit]
+		}
+		return items, false, nil
+	}
+	q := f
+	q.Limit, q.Max = previewMax, 0
+	if limit > 0 {
+		q.Limit = min(limit, previewMax)
+	}
+	items, err = ops.DeadLetters(ctx, admin.Scope{}, q)
+	if err != nil {
+		return nil, false, err
+	}
+	// Listed in full only if fewer than asked came back, or exactly the
+	// limit the operation was given.
+	complete := len(items) < q.Limit || (limit > 0 && limit <= previewMax)
+	return items, !complete, nil
+}
+
+// limitSet reports whether --limit was given.
+func limitSet(fs *flag.FlagSet) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == "limit" })
+	return set
 }
 
 type itemErrJSON struct {
@@ -255,14 +322,14 @@ func printDead(w io.Writer, items []admin.DeadItem) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tLANE\tKIND\tTENANT\tREASON\tATTEMPTS\tDEAD FOR\tERROR")
 	for _, it := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", it.ID, it.Lane, it.Kind, dash(it.Tenant), it.Reason, len(it.Attempts), since(it.DeadAt), oneLine(it.Error, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", term(it.ID), term(it.Lane), term(it.Kind), dash(it.Tenant), term(string(it.Reason)), len(it.Attempts), since(it.DeadAt), oneLine(it.Error, 80))
 	}
 	tw.Flush()
 }
 
 func printDeadItem(w io.Writer, it *admin.DeadItem) {
 	fmt.Fprintf(w, "task      %s\nlane      %s\nkind      %s\ntenant    %s\nreason    %s\ndead at   %s (%s ago)\nerror     %s\nargs      %s\n",
-		it.ID, it.Lane, it.Kind, dash(it.Tenant), it.Reason, rfc3339(it.DeadAt), since(it.DeadAt), dash(it.Error), dash(string(it.Payload)))
+		term(it.ID), term(it.Lane), term(it.Kind), dash(it.Tenant), term(string(it.Reason)), rfc3339(it.DeadAt), since(it.DeadAt), dash(it.Error), dash(string(it.Payload)))
 	if len(it.Attempts) == 0 {
 		return
 	}

@@ -64,7 +64,7 @@ func runPeek(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tKIND\tTENANT\tENQUEUED\tARGS")
 	for _, m := range ms {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", m.ID, m.Kind, dash(m.Tenant), since(m.EnqueuedAt), oneLine(string(m.Body), 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\t%s\n", term(m.ID), term(m.Kind), dash(m.Tenant), since(m.EnqueuedAt), oneLine(string(m.Body), 60))
 	}
 	return tw.Flush()
 }
@@ -146,9 +146,9 @@ func runEnqueue(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}{res.ID, res.Duplicate})
 	}
 	if res.Duplicate {
-		fmt.Fprintf(stdout, "duplicate: the key already names task %s; nothing new enqueued\n", res.ID)
+		fmt.Fprintf(stdout, "duplicate: the key already names task %s; nothing new enqueued\n", term(res.ID))
 		return nil
 	}
-	fmt.Fprintf(stdout, "enqueued %s\n", res.ID)
+	fmt.Fprintf(stdout, "enqueued %s\n", term(res.ID))
 	return nil
 }

@@ -100,7 +100,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if l.Late {
 			state += ", LATE"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", l.Lane, l.Ready, l.InFlight, l.Delayed, l.DeadLettered, age(l.OldestReady), age(l.Objective), state)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", term(l.Lane), l.Ready, l.InFlight, l.Delayed, l.DeadLettered, age(l.OldestReady), age(l.Objective), state)
 	}
 	return tw.Flush()
 }

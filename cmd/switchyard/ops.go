@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/broker"
@@ -165,12 +166,66 @@ func progress(stderr io.Writer, verb string) (admin.Progress, func()) {
 		}
 }
 
+// oneLine is s on one line for a table cell: line breaks become spaces,
+// other control characters are escaped (term), and it is cut to n runes.
 func oneLine(s string, n int) string {
-	s = strings.ReplaceAll(s, "\n", " ")
-	if len(s) > n {
-		return s[:n-1] + "…"
+	s = strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+	s = term(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
 	}
 	return s
+}
+
+// term makes text from tasks, tenants and brokers safe to print on an
+// operator's terminal: control characters (C0, DEL, C1 — escape sequences
+// start with them), Unicode line and paragraph separators, bidirectional
+// overrides and invalid UTF-8 are written as Go escapes (\x1b, \u202e), and
+// a backslash as \\ so an escape cannot be forged.
+func term(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == '\\' || r == utf8.RuneError || unsafeRune(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r < 0x100 && unsafeRune(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case unsafeRune(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// unsafeRune reports whether r must not reach a terminal as is.
+func unsafeRune(r rune) bool {
+	switch {
+	case r < 0x20, r == 0x7f, r >= 0x80 && r < 0xa0:
+		return true
+	case r == 0x2028, r == 0x2029, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069, r == 0x200e, r == 0x200f, r == 0x061c:
+		return true
+	}
+	return false
 }
 
 func rfc3339(t time.Time) string {

@@ -187,7 +187,7 @@ func TestCLI_DLQ(t *testing.T) {
 	// Not confirmed: shows what it would affect, changes nothing.
 	withStdin(t, "n\n")
 	code, out, errs = runCLI(t, append([]string{"dlq", "purge", "--lane", "batch"}, common...)...)
-	if code != 1 || !strings.Contains(errs, "purge 3 dead letter(s) for good?") || !strings.Contains(errs, c) || !strings.Contains(errs, "nothing purged") {
+	if code != 1 || !strings.Contains(errs, "purge these 3 dead letters for good?") || !strings.Contains(errs, c) || !strings.Contains(errs, "nothing purged") {
 		t.Errorf("unconfirmed purge: %d\n%s\n%s", code, out, errs)
 	}
 	if got := e.dead(); !slices.Equal(got, all) {
@@ -197,7 +197,7 @@ func TestCLI_DLQ(t *testing.T) {
 	// replay by id, confirmed on stdin; the ledger names the actor.
 	withStdin(t, "y\n")
 	code, out, errs = runCLI(t, append([]string{"dlq", "replay", "--id", a, "--actor", "operator:test"}, common...)...)
-	if code != 0 || !strings.Contains(out, "replayed 1 dead letter(s)") || !strings.Contains(errs, "replay 1 dead letter(s)?") {
+	if code != 0 || !strings.Contains(out, "replayed 1 dead letter(s)") || !strings.Contains(errs, "replay this dead letter?") {
 		t.Fatalf("dlq replay: %d\n%s%s", code, out, errs)
 	}
 	evs, _ := e.L.Events(e.ctx, a)

@@ -72,7 +72,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "TASK\tKIND\tLANE\tTENANT\tWAITING\tCLAIMED BY\tREASON")
 		for _, it := range items {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Task.ID, it.Task.Kind, it.Task.Lane, dash(it.Task.Tenant), age(it.Age), dash(it.ClaimedBy), it.Reason)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", term(it.Task.ID), term(it.Task.Kind), term(it.Task.Lane), dash(it.Task.Tenant), age(it.Age), dash(it.ClaimedBy), oneLine(it.Reason, 80))
 		}
 		return tw.Flush()
 	case "show":
@@ -87,7 +87,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return writeJSON(stdout, reviewJSON(it)[0])
 		}
 		fmt.Fprintf(stdout, "task      %s\nkind      %s\nlane      %s\ntenant    %s\nwaiting   %s (since %s)\nclaimed   %s\nreason    %s\naction    %s\nargs      %s\n",
-			it.Task.ID, it.Task.Kind, it.Task.Lane, dash(it.Task.Tenant), age(it.Age), it.Since.Format(time.RFC3339), dash(it.ClaimedBy), it.Reason, it.Action, it.Task.Args)
+			term(it.Task.ID), term(it.Task.Kind), term(it.Task.Lane), dash(it.Task.Tenant), age(it.Age), it.Since.Format(time.RFC3339), dash(it.ClaimedBy), term(it.Reason), term(it.Action), term(string(it.Task.Args)))
 		return nil
 	}
 	if *reviewer == "" {
@@ -99,12 +99,12 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := ops.Claim(ctx, sc, id, who); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "claimed %s for %s\n", id, *reviewer)
+		fmt.Fprintf(stdout, "claimed %s for %s\n", term(id), term(*reviewer))
 	case "approve":
 		if err := ops.Approve(ctx, sc, id, who, *note); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "approved %s; it resumes in its lane\n", id)
+		fmt.Fprintf(stdout, "approved %s; it resumes in its lane\n", term(id))
 	case "reject":
 		if *reason == "" {
 			return fmt.Errorf("--reviewer and --reason are required")
@@ -112,7 +112,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := ops.Reject(ctx, sc, id, who, *reason); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "rejected %s\n", id)
+		fmt.Fprintf(stdout, "rejected %s\n", term(id))
 	}
 	return nil
 }
@@ -160,9 +160,10 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// dash is s for a table cell (term), "-" when empty.
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return term(s)
 }

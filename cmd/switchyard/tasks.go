@@ -84,11 +84,11 @@ func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATE\tKIND\tLANE\tTENANT\tATTEMPT\tUPDATED\tERROR")
 	for _, t := range page.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", t.ID, t.State, t.Kind, t.Lane, dash(t.Tenant), t.Attempt, since(t.UpdatedAt), oneLine(t.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", term(t.ID), t.State, term(t.Kind), term(t.Lane), dash(t.Tenant), t.Attempt, since(t.UpdatedAt), oneLine(t.LastError, 60))
 	}
 	tw.Flush()
 	if page.Next != "" {
-		fmt.Fprintf(stderr, "more: add --after %s\n", page.Next)
+		fmt.Fprintf(stderr, "more: add --after %s\n", term(page.Next))
 	}
 	return nil
 }
@@ -169,9 +169,9 @@ func taskInfoJSON(info *switchyard.TaskInfo) any {
 func printTaskInfo(w io.Writer, info *switchyard.TaskInfo) {
 	t := info.Task
 	fmt.Fprintf(w, "task      %s\nstate     %s\nkind      %s\nlane      %s\ntenant    %s\nattempt   %d\ncreated   %s\nupdated   %s (%s ago)\n",
-		t.ID, t.State, t.Kind, t.Lane, dash(t.Tenant), t.Attempt, rfc3339(t.CreatedAt), rfc3339(t.UpdatedAt), since(t.UpdatedAt))
+		term(t.ID), t.State, term(t.Kind), term(t.Lane), dash(t.Tenant), t.Attempt, rfc3339(t.CreatedAt), rfc3339(t.UpdatedAt), since(t.UpdatedAt))
 	if t.IdempotencyKey != "" {
-		fmt.Fprintf(w, "key       %s\n", t.IdempotencyKey)
+		fmt.Fprintf(w, "key       %s\n", term(t.IdempotencyKey))
 	}
 	if !t.RunAt.IsZero() {
 		fmt.Fprintf(w, "run at    %s\n", rfc3339(t.RunAt))
@@ -187,7 +187,7 @@ func printTaskInfo(w io.Writer, info *switchyard.TaskInfo) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  AT\tFROM\tTO\tREASON\tACTOR\tDETAIL")
 	for _, e := range info.Events {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05.000"), dash(string(e.From)), dash(string(e.To)), e.Reason, dash(e.Actor), oneLine(e.Detail, 80))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05.000"), dash(string(e.From)), dash(string(e.To)), term(e.Reason), dash(e.Actor), oneLine(e.Detail, 80))
 	}
 	tw.Flush()
 	if len(info.Attempts) > 0 {
@@ -204,7 +204,7 @@ func printTaskInfo(w io.Writer, info *switchyard.TaskInfo) {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  KEY\tSTATE\tATTEMPT\tRESULT")
 		for _, e := range info.Effects {
-			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", e.Key, e.State, e.Attempt, oneLine(string(e.Result), 60))
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\n", term(e.Key), e.State, e.Attempt, oneLine(string(e.Result), 60))
 		}
 		tw.Flush()
 	}
