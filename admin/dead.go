@@ -124,6 +124,9 @@ type leased struct {
 	done  map[*broker.Delivery]bool      // consumed, or lost: never given back
 	lost  map[*broker.Delivery]bool      // lease lost (renewal refused): not ours
 	until map[*broker.Delivery]time.Time // when the lease runs out, at the latest
+	// first is no later than the earliest until of a held delivery (it
+	// may be earlier: consumed ones are not taken out).
+	first time.Time
 }
 
 func (o *Ops) newLeased() *leased {
@@ -140,6 +143,9 @@ func (l *leased) add(since time.Time, ds []*broker.Delivery) {
 	for _, d := range ds {
 		l.ds = append(l.ds, d)
 		l.until[d] = since.Add(l.lease)
+	}
+	if u := since.Add(l.lease); len(ds) > 0 && (l.first.IsZero() || u.Before(l.first)) {
+		l.first = u
 	}
 }
 
@@ -163,18 +169,17 @@ func (l *leased) held() int {
 // the broker refuses is marked lost: it is neither acted on nor given back.
 func (l *leased) keepAlive(ctx context.Context) {
 	now := l.o.now()
+	if l.first.IsZero() || l.first.Sub(now) >= l.lease/2 {
+		return
+	}
 	var hold []*broker.Delivery
-	renew := false
 	for _, d := range l.ds {
-		if l.done[d] {
-			continue
-		}
-		hold = append(hold, d)
-		if l.until[d].Sub(now) < l.lease/2 {
-			renew = true
+		if !l.done[d] {
+			hold = append(hold, d)
 		}
 	}
-	if !renew {
+	l.first = now.Add(l.lease)
+	if len(hold) == 0 {
 		return
 	}
 	B := l.o.cfg.Broker
