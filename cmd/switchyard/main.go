@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case errors.Is(err, errUsage):
 				return 2
 			default:
-				fmt.Fprintf(stderr, "switchyard %s: %v\n", c.name, err)
+				fmt.Fprintf(stderr, "switchyard %s: %s\n", c.name, term(err.Error()))
 				return 1
 			}
 		}
