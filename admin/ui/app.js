@@ -446,7 +446,7 @@
 
   async function sandboxOne(d) {
     const ok = await ask("Sandbox replay of " + d.id + "?",
-      "A copy runs with its steps, but its effects are recorded as \"would do\" and not executed. The dead letter stays where it is.", "Run in sandbox");
+      "A copy runs with its steps, but its Effect calls are recorded as \"would do\" and not executed, and the tasks it enqueues are sandbox copies too. Writes the handler makes outside Effect do happen. The dead letter stays where it is.", "Run in sandbox");
     if (!ok) return;
     try {
       const r = await api("POST", "dead/" + encodeURIComponent(d.lane) + "/" + encodeURIComponent(d.id) + "/sandbox");
