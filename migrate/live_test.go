@@ -30,6 +30,7 @@ func (liveArgs) Kind() string { return "migrate.live" }
 // drains, and a few tasks are deliberately present on both brokers. Every
 // task completes, none is lost, and every effect happens once.
 func TestLiveMigration(t *testing.T) {
+	t.Parallel()
 	for _, c := range [][2]string{{"embedded", "embedded"}, {"embedded", "nats"}, {"rabbitmq", "embedded"}} {
 		t.Run(c[0]+"-to-"+c[1], func(t *testing.T) { live(t, c[0], c[1]) })
 	}

@@ -28,6 +28,7 @@ const (
 	toEnv    = "SWITCHYARD_MIGRATE_TO"
 	jourEnv  = "SWITCHYARD_MIGRATE_JOURNAL"
 	batchEnv = "SWITCHYARD_MIGRATE_BATCH"
+	leaseEnv = "SWITCHYARD_MIGRATE_LEASE"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +45,8 @@ func TestMain(m *testing.M) {
 }
 
 // child migrates slowly (small batches: SWITCHYARD_MIGRATE_BATCH, default
-// 5), printing its progress, until it is killed. It starts no process.
+// 5; leases of SWITCHYARD_MIGRATE_LEASE, default 3s), printing its
+// progress, until it is killed. It starts no process.
 func child() int {
 	ctx := context.Background()
 	// Run on opened brokers, not RunURL: the same-kind pairs use two
@@ -63,12 +65,16 @@ func child() int {
 	if batch <= 0 {
 		batch = 5
 	}
+	lease, _ := time.ParseDuration(os.Getenv(leaseEnv))
+	if lease <= 0 {
+		lease = 3 * time.Second
+	}
 	_, err = migrate.Run(ctx, from, to, &migrate.Options{
 		Journal:            os.Getenv(jourEnv),
 		Lanes:              []string{"batch"},
 		IncludeDeadLetters: true,
 		Batch:              batch,
-		Lease:              3 * time.Second,
+		Lease:              lease,
 		Progress: func(p migrate.Progress) {
 			fmt.Printf("PROGRESS %d\n", p.Moved+p.Skipped)
 			os.Stdout.Sync()
@@ -368,10 +374,14 @@ func pair(t *testing.T, fromKind, toKind string, n int) {
 	t.Logf("seed %v, migrate %v, verify %v", t1.Sub(t0).Round(time.Millisecond), t2.Sub(t1).Round(time.Millisecond), time.Since(t2).Round(time.Millisecond))
 }
 
-func TestEmbeddedToEmbedded(t *testing.T) { pair(t, "embedded", "embedded", 300) }
+func TestEmbeddedToEmbedded(t *testing.T) {
+	t.Parallel()
+	pair(t, "embedded", "embedded", 300)
+}
 
 // TestOneRun: a run that is not interrupted moves everything and says so.
 func TestOneRun(t *testing.T) {
+	t.Parallel()
 	for _, c := range [][2]string{{"embedded", "rabbitmq"}, {"nats", "embedded"}} {
 		t.Run(c[0]+"-to-"+c[1], func(t *testing.T) { pair(t, c[0], c[1], 200) })
 	}
