@@ -31,7 +31,7 @@ func (liveArgs) Kind() string { return "migrate.live" }
 // task completes, none is lost, and every effect happens once.
 func TestLiveMigration(t *testing.T) {
 	t.Parallel()
-	for _, c := range [][2]string{{"embedded", "embedded"}, {"embedded", "nats"}, {"rabbitmq", "embedded"}} {
+	for _, c := range [][2]string{{"embedded", "embedded"}, {"embedded", "nats"}, {"rabbitmq", "embedded"}, {"asynq", "sqs"}} {
 		t.Run(c[0]+"-to-"+c[1], func(t *testing.T) { live(t, c[0], c[1]) })
 	}
 }

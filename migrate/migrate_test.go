@@ -125,9 +125,13 @@ func urlFor(t *testing.T, kind, ns string) string {
 		// within the test (the driver keeps longer leases alive itself).
 		return strings.TrimSuffix(testenv.NATS.Endpoint(t), "/") + "/?namespace=" + ns + "&ack_wait=5s"
 	case "asynq":
-		return "redis://" + testenv.Redis.Endpoint(t) + "/0?namespace=" + ns
+		addr := testenv.Redis.Endpoint(t)
+		cleanupAsynq(t, addr, ns)
+		return "redis://" + addr + "/0?namespace=" + ns
 	case "sqs":
-		return "sqs://?region=us-east-1&endpoint=" + url.QueryEscape(testenv.SQS.Endpoint(t)) + "&namespace=" + ns
+		u := "sqs://?region=us-east-1&endpoint=" + url.QueryEscape(testenv.SQS.Endpoint(t)) + "&namespace=" + ns
+		cleanupSQS(t, u, ns)
+		return u
 	}
 	t.Fatalf("unknown adapter %q", kind)
 	return ""
@@ -457,12 +461,16 @@ func TestBadInput(t *testing.T) {
 	t.Run("unreachable target", func(t *testing.T) {
 		// A port nothing listens on: the target's Stats fails before the
 		// source is touched.
-		to := "redis://127.0.0.1:1/0?namespace=" + ns
-		_, err := migrate.RunURL(ctxFor(t, time.Minute), fromURL, to, nil, &migrate.Options{Lanes: []string{"batch"}})
-		if err == nil || !strings.Contains(err.Error(), "target unreachable") {
-			t.Fatalf("err = %v, want target unreachable", err)
+		for _, to := range []string{
+			"redis://127.0.0.1:1/0?namespace=" + ns,
+			"sqs://?region=us-east-1&endpoint=" + url.QueryEscape("http://127.0.0.1:1") + "&namespace=" + ns,
+		} {
+			_, err := migrate.RunURL(ctxFor(t, time.Minute), fromURL, to, nil, &migrate.Options{Lanes: []string{"batch"}})
+			if err == nil || !strings.Contains(err.Error(), "target unreachable") {
+				t.Fatalf("err = %v, want target unreachable", err)
+			}
+			unchanged(t)
 		}
-		unchanged(t)
 	})
 	t.Run("mismatched namespaces", func(t *testing.T) {
 		other := urlFor(t, "embedded", ns+"x")
@@ -515,6 +523,63 @@ func TestBadInput(t *testing.T) {
 			t.Fatalf("big message: %v %+v", err, ds)
 		}
 		_ = src.Release(ctx, ds[0], 0)
+	})
+	t.Run("too large for SQS", func(t *testing.T) {
+		// An SQS target whose queues take 256 KiB (AWS's limit until 2025;
+		// the emulator's default is 1 MiB): a 200 KiB body no longer fits
+		// once base64-encoded in its envelope. A live message and a dead
+		// letter that big stay on the source, with the reason; the small
+		// one moves.
+		ctx := ctxFor(t, 2*time.Minute)
+		big := &broker.Message{Lane: "huge", Kind: "k", Body: make([]byte, 200<<10)}
+		bigDead := &broker.Message{Lane: "huge", Kind: "k", Body: make([]byte, 200<<10)}
+		small := &broker.Message{Lane: "huge", Kind: "k", Body: []byte("small")}
+		if _, err := src.Publish(ctx, bigDead); err != nil {
+			t.Fatal(err)
+		}
+		ds, err := src.Receive(ctx, broker.ReceiveRequest{Lane: "huge", Max: 1, Wait: time.Second})
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive: %v %d", err, len(ds))
+		}
+		if err := src.DeadLetter(ctx, ds[0], &broker.DeadLetter{Reason: broker.ReasonPermanent, Error: "too big to handle"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := src.Publish(ctx, big, small); err != nil {
+			t.Fatal(err)
+		}
+		to := urlFor(t, "sqs", ns) + "&max_message_size=262144"
+		rep, err := migrate.RunURL(ctx, fromURL, to, nil, &migrate.Options{Lanes: []string{"huge"}, IncludeDeadLetters: true})
+		if !errors.Is(err, migrate.ErrIncomplete) || !strings.Contains(err.Error(), "too large") {
+			t.Fatalf("err = %v", err)
+		}
+		failed := map[string]bool{}
+		for _, f := range rep.Failures {
+			if !errors.Is(f.Err, broker.ErrTooLarge) || !strings.Contains(f.Reason, "too large for the target") {
+				t.Errorf("failure %+v", f)
+			}
+			failed[f.ID] = f.DeadLetter
+		}
+		if len(rep.Failures) != 2 || failed[big.ID] || !failed[bigDead.ID] || rep.Moved != 1 {
+			t.Fatalf("report: moved %d, failures %+v", rep.Moved, rep.Failures)
+		}
+		s, _ := src.Stats(ctx, "huge")
+		if s.Ready != 1 || s.DeadLettered != 1 || s.InFlight != 0 {
+			t.Fatalf("the big messages must be back on the source: %+v", s)
+		}
+		ds, err = src.Receive(ctx, broker.ReceiveRequest{Lane: "huge", Max: 1, Wait: time.Second})
+		if err != nil || len(ds) != 1 || ds[0].ID != big.ID || ds[0].Attempt != 1 || len(ds[0].Body) != 200<<10 {
+			t.Fatalf("big message: %v %+v", err, ds)
+		}
+		_ = src.Release(ctx, ds[0], 0)
+		ds, err = src.Receive(ctx, broker.ReceiveRequest{Lane: "huge", Max: 1, Wait: time.Second, DeadLetters: true})
+		if err != nil || len(ds) != 1 || ds[0].ID != bigDead.ID || ds[0].DeadLetter == nil || ds[0].DeadLetter.Error != "too big to handle" {
+			t.Fatalf("big dead letter: %v %+v", err, ds)
+		}
+		_ = src.Release(ctx, ds[0], 0)
+		dst := open(t, to)
+		if s, err := dst.Stats(ctx, "huge"); err != nil || s.Ready != 1 || s.DeadLettered != 0 {
+			t.Fatalf("the target must hold the small message only: %+v %v", s, err)
+		}
 	})
 	t.Run("no lanes", func(t *testing.T) {
 		if _, err := migrate.Run(ctxFor(t, time.Minute), src, open(t, urlFor(t, "embedded", ns)), &migrate.Options{Lanes: []string{"bad lane"}}); !errors.Is(err, broker.ErrInvalid) {
