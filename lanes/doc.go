@@ -14,7 +14,7 @@
 //	lane          reserved  weight  promotion  objective  min share
 //	interactive   2         100     500 ms     100 ms     –
 //	scheduled     1         10      5 s        1 s        –
-//	batch         –         1       2 s        –          5 %
+//	batch         –         1       2 s        –          2 %
 //	human-review  manual (claimed by reviewers, never by handlers; escalates after 24 h)
 //
 // A Policy over N slots gives each lane its reservation; the rest, N minus
@@ -125,8 +125,8 @@
 // ⌈MinShare × N⌉ concurrent slots keeps a burst at start-up from
 // overshooting). Validate refuses a MinShare beyond what the lane can hold.
 // A property test checks share ≥ MinShare − 10 % (and ≥ 0.9 × MinShare)
-// over random overloads; in the simulated S3 the batch keeps 5.0 % against
-// its 5 %.
+// over random overloads; in the simulated S3 the batch keeps its share
+// exactly.
 //
 // Interactive is never delayed beyond what its reservation carries: an
 // interactive task that fits in the lane's idle reserved slots starts in

@@ -83,7 +83,9 @@ type Lane struct {
 //   - scheduled: 1 reserved slot, weight 10, promoted after 5 s, wait
 //     objective 1 s (with one reserved slot it never lends).
 //   - batch: shared slots only, weight 1, promoted after 2 s so it never
-//     starves, minimum share 5 % of all slots under overload.
+//     starves, minimum share 2 % of all slots under overload (every point
+//     of share guaranteed to batch is taken from interactive when the pool
+//     is overloaded: see docs/BENCHMARKS.md, S3).
 //   - human-review: manual, escalates after 24 h.
 //
 // With these, a policy needs at least 4 slots (3 reserved + 1 shared).
@@ -92,7 +94,7 @@ func Defaults() []Lane {
 	return []Lane{
 		{Name: Interactive, Reserved: 2, Weight: 100, PromotionAge: 500 * time.Millisecond, WaitObjective: 100 * time.Millisecond},
 		{Name: Scheduled, Reserved: 1, Weight: 10, PromotionAge: 5 * time.Second, WaitObjective: time.Second},
-		{Name: Batch, Weight: 1, PromotionAge: 2 * time.Second, MinShare: 0.05},
+		{Name: Batch, Weight: 1, PromotionAge: 2 * time.Second, MinShare: 0.02},
 		{Name: HumanReview, Manual: true, PromotionAge: 24 * time.Hour},
 	}
 }

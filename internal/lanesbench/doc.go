@@ -47,7 +47,7 @@
 // reserves no slot (the issue reserves only interactive's 2, so batch
 // competes for the other 6). interactive keeps weight 100, promotion age
 // 500 ms and wait objective 100 ms; batch keeps weight 1, promotion age 2 s
-// and a minimum share of 5 %; human-review stays manual. The runtime
+// and a minimum share of 2 %; human-review stays manual. The runtime
 // passes each lane's observed task duration (p90) to the policy, so the
 // batch lane may borrow interactive's idle reserved slots for tasks short
 // against interactive's wait objective.
