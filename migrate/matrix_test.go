@@ -467,7 +467,7 @@ func matrixPair(t *testing.T, fromKind, toKind string, n int) {
 		// The dead-letter queue held each exactly once (verifyTarget), so
 		// this is the replay's doing, not the migration's; the ledger still
 		// runs each once (checked below).
-		t.Logf("NOTE: replaying %d dead letters took %d replays: the target's replay put some back twice", w.count("poison"), replayed)
+		t.Logf("NOTE: replaying %d dead letters on %s took %d replays: the target's replay put some back twice", w.count("poison"), toKind, replayed)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -585,9 +585,9 @@ func verifyTarget(t *testing.T, ctx context.Context, toURL string, w *world, inD
 	for _, id := range inDoubt {
 		doubt[id] = true
 	}
-	max := 100
-	if c := drv.Capabilities().MaxBatch; c > 0 && c < max {
-		max = c
+	batch := 100
+	if c := drv.Capabilities().MaxBatch; c > 0 && c < batch {
+		batch = c
 	}
 	var held []*broker.Delivery
 	defer func() {
@@ -604,6 +604,23 @@ func verifyTarget(t *testing.T, ctx context.Context, toURL string, w *world, inD
 			}
 		}
 	}()
+	// Leases of 45s, extended every 15s while the check runs (it can take
+	// longer than a lease on a loaded machine): a receive whose answer is
+	// lost on the way (an SQS long poll under load) leaves its messages
+	// leased, and they must come back within the check's patience.
+	const lease = 45 * time.Second
+	extended := time.Now()
+	extend := func() {
+		if time.Since(extended) < lease/3 {
+			return
+		}
+		for i := 0; i < len(held); i += batch {
+			if err := drv.Extend(ctx, held[i:min(i+batch, len(held))], lease); err != nil {
+				t.Logf("extend the check's leases: %v", err) // a lease that ends shows as a second copy
+			}
+		}
+		extended = time.Now()
+	}
 	hidden = map[string]bool{}
 	for _, dead := range []bool{false, true} {
 		want := 0
@@ -621,7 +638,8 @@ func verifyTarget(t *testing.T, ctx context.Context, toURL string, w *world, inD
 			if got >= want || (partial && got > 0) {
 				wait = 300 * time.Millisecond
 			}
-			ds, err := drv.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: max, Lease: 30 * time.Second, Wait: wait, DeadLetters: dead})
+			extend()
+			ds, err := drv.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: batch, Lease: lease, Wait: wait, DeadLetters: dead})
 			if err != nil {
 				t.Fatal(err)
 			}
