@@ -205,7 +205,7 @@ func stopServer(t *testing.T, srv *switchyard.Server) {
 }
 
 // enqueue enqueues the tasks with n in [from, to) through the client, a few
-// at a time, and returns them by ID.
+// at a time, and records them in w.tasks.
 func (w *world) enqueue(t *testing.T, ctx context.Context, c *switchyard.Client, from, to int, role func(int) string, runAt time.Time) {
 	t.Helper()
 	var mu sync.Mutex
