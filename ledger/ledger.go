@@ -22,7 +22,8 @@
 // # Optional interfaces
 //
 // LaneControls stores lane pauses that every process sharing the ledger
-// sees; both stores implement it.
+// sees, and the history of who paused and resumed each lane (LaneEvents);
+// both stores implement it.
 //
 // # Stores
 //
@@ -293,6 +294,28 @@ type LaneControls interface {
 	SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error
 	// PausedLanes lists the paused lanes, by name.
 	PausedLanes(ctx context.Context) ([]LanePause, error)
+	// LaneEvents lists the lane history, newest first: one LaneEvent for
+	// every SetLanePaused call that changed a lane's state (a pause of a
+	// running lane, a resume of a paused one), appended in the same
+	// transaction as the change; calls that changed nothing add none.
+	// lane "" lists every lane's events; otherwise it must be a valid name.
+	// limit 0 means 100, above 1000 means 1000; a negative limit is
+	// refused (broker.ErrInvalid).
+	LaneEvents(ctx context.Context, lane string, limit int) ([]LaneEvent, error)
+}
+
+// LaneEvent is one change of a lane's pause state made through the ledger
+// (LaneControls.SetLanePaused): the lane's audit trail of who paused and
+// who resumed it.
+type LaneEvent struct {
+	Lane string
+	// Actor is who made the change ("operator:alice"), as given to
+	// SetLanePaused.
+	Actor string
+	// Paused is true for a pause, false for a resume.
+	Paused bool
+	// At is when the change was made, by the store's clock.
+	At time.Time
 }
 
 // Errors.

@@ -20,11 +20,12 @@
 // idempotency (per tenant), every pair of states against ledger.Allowed,
 // guarded and unguarded, the IfAttemptBelow guard, transition updates and
 // the event log, listing and paging, attempts, steps, effects (every EffectState,
-// would_do included), pruning, dedup claims, lane pauses (the optional
-// ledger.LaneControls; a store without it skips that case), races of 20 goroutines (one Create wins per key, one
+// would_do included), pruning, dedup claims, lane pauses and their history of lane events (the optional
+// ledger.LaneControls; a store without it skips those cases), races of 20 goroutines (one Create wins per key, one
 // Transition wins, one takeover by a newer attempt wins, one PutStep
 // value is stored, one BeginEffect begins, one Claim wins, event sequence
-// numbers stay gapless), cancelled contexts and Close.
+// numbers stay gapless, one racing pause or resume of a lane writes its
+// lane event), cancelled contexts and Close.
 //
 // BenchmarkTask is the shared per-task benchmark the stores run.
 package ledgertest

@@ -1,7 +1,9 @@
 package ledgertest
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +115,165 @@ func LaneControls(t *testing.T, mk Maker) {
 	wantInvalid(t, "SetLanePaused with a control character in the actor", lc.SetLanePaused(ctx(t), "batch", true, "a\nb"))
 	if ps, _ := lc.PausedLanes(ctx(t)); len(ps) != 1 {
 		t.Errorf("refused calls changed the pauses: %+v", ps)
+	}
+}
+
+// LaneEvents: every SetLanePaused call that changes a lane's state appends
+// a lane event with its actor, listed newest first; calls that change
+// nothing (pausing a paused lane, resuming a running one) and refused
+// calls add none; the listing filters by lane, applies its limit (0 = 100)
+// and refuses a bad lane or a negative limit. A store without
+// ledger.LaneControls skips.
+func LaneEvents(t *testing.T, mk Maker) {
+	l := mk(t)
+	lc, ok := l.(ledger.LaneControls)
+	if !ok {
+		t.Skipf("%T does not implement the optional ledger.LaneControls", l)
+	}
+	es, err := lc.LaneEvents(ctx(t), "", 0)
+	if err != nil || len(es) != 0 {
+		t.Fatalf("LaneEvents of a new store = %+v, %v", es, err)
+	}
+	before := time.Now().Add(-time.Second)
+	set := func(lane string, paused bool, actor string) {
+		t.Helper()
+		if err := lc.SetLanePaused(ctx(t), lane, paused, actor); err != nil {
+			t.Fatalf("SetLanePaused(%s, %v, %s): %v", lane, paused, actor, err)
+		}
+	}
+	set("batch", true, "operator:alice")
+	set("batch", true, "operator:bob")      // already paused: no event
+	set("scheduled", false, "operator:bob") // never paused: no event
+	set("batch", false, "operator:bob")
+	set("batch", false, "operator:carol") // already running: no event
+	set("interactive", true, "token:ci")
+	set("batch", true, "operator:carol")
+	after := time.Now().Add(time.Second)
+
+	type ev struct {
+		lane, actor string
+		paused      bool
+	}
+	check := func(what string, got []ledger.LaneEvent, want ...ev) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d events %+v, want %d %+v", what, len(got), got, len(want), want)
+		}
+		for i, w := range want {
+			g := got[i]
+			if g.Lane != w.lane || g.Actor != w.actor || g.Paused != w.paused {
+				t.Errorf("%s: event %d = %+v, want %+v", what, i, g, w)
+			}
+			if g.At.Before(before) || g.At.After(after) {
+				t.Errorf("%s: event %d at %v, not between %v and %v", what, i, g.At, before, after)
+			}
+			if i > 0 && g.At.After(got[i-1].At) {
+				t.Errorf("%s: event %d (%v) is newer than event %d (%v): want newest first", what, i, g.At, i-1, got[i-1].At)
+			}
+		}
+	}
+	batch := []ev{{"batch", "operator:carol", true}, {"batch", "operator:bob", false}, {"batch", "operator:alice", true}}
+	es, err = lc.LaneEvents(ctx(t), "batch", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LaneEvents(batch)", es, batch...)
+	// The history agrees with the current pause.
+	ps, _ := lc.PausedLanes(ctx(t))
+	if len(ps) != 2 || ps[0].Lane != "batch" || ps[0].Actor != "operator:carol" || !sameTime(ps[0].Since, es[0].At) {
+		t.Errorf("PausedLanes = %+v, want batch paused by carol at %v", ps, es[0].At)
+	}
+	es, err = lc.LaneEvents(ctx(t), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LaneEvents(all)", es, batch[0], ev{"interactive", "token:ci", true}, batch[1], batch[2])
+	es, err = lc.LaneEvents(ctx(t), "interactive", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LaneEvents(interactive)", es, ev{"interactive", "token:ci", true})
+	es, err = lc.LaneEvents(ctx(t), "scheduled", 0)
+	if err != nil || len(es) != 0 {
+		t.Errorf("LaneEvents of a lane never changed = %+v, %v", es, err)
+	}
+	// Limit: the newest n.
+	es, err = lc.LaneEvents(ctx(t), "", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LaneEvents(all, 2)", es, batch[0], ev{"interactive", "token:ci", true})
+	es, err = lc.LaneEvents(ctx(t), "batch", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("LaneEvents(batch, 1)", es, batch[0])
+	// 0 is 100 and above 1000 is 1000: 110 changes give 100, then 110.
+	for i := range 110 {
+		set("bulk", i%2 == 0, fmt.Sprintf("operator:%d", i))
+	}
+	for _, c := range []struct{ limit, want int }{{0, 100}, {100, 100}, {5000, 110}} {
+		es, err = lc.LaneEvents(ctx(t), "bulk", c.limit)
+		if err != nil || len(es) != c.want {
+			t.Fatalf("LaneEvents(bulk, %d) = %d events, %v; want %d", c.limit, len(es), err, c.want)
+		}
+		if es[0].Actor != "operator:109" || es[0].Paused || es[len(es)-1].Actor != fmt.Sprintf("operator:%d", 110-c.want) {
+			t.Errorf("LaneEvents(bulk, %d): first %+v, last %+v", c.limit, es[0], es[len(es)-1])
+		}
+	}
+	// Bad input; refused pauses write no event.
+	for _, lane := range []string{"-bad", "has space", strings.Repeat("a", broker.MaxNameLen+1)} {
+		_, err := lc.LaneEvents(ctx(t), lane, 0)
+		wantInvalid(t, "LaneEvents "+lane, err)
+	}
+	_, err = lc.LaneEvents(ctx(t), "batch", -1)
+	wantInvalid(t, "LaneEvents with a negative limit", err)
+	wantInvalid(t, "SetLanePaused with a bad actor", lc.SetLanePaused(ctx(t), "fresh", true, "a\nb"))
+	if es, _ := lc.LaneEvents(ctx(t), "fresh", 0); len(es) != 0 {
+		t.Errorf("a refused pause wrote events: %+v", es)
+	}
+}
+
+// RaceLanePause: of racing pauses of a running lane exactly one writes an
+// event (and its actor holds the pause); of racing resumes, exactly one.
+func RaceLanePause(t *testing.T, mk Maker) {
+	l := mk(t)
+	lc, ok := l.(ledger.LaneControls)
+	if !ok {
+		t.Skipf("%T does not implement the optional ledger.LaneControls", l)
+	}
+	for _, paused := range []bool{true, false} {
+		var (
+			mu   sync.Mutex
+			errs []error
+		)
+		race(func(i int) {
+			err := lc.SetLanePaused(ctx(t), "batch", paused, fmt.Sprintf("operator:%d", i))
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+		if len(errs) > 0 {
+			t.Fatalf("racing SetLanePaused(%v): %d errors, first %v", paused, len(errs), errs[0])
+		}
+		es, err := lc.LaneEvents(ctx(t), "batch", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 1
+		if !paused {
+			want = 2
+		}
+		if len(es) != want || es[0].Paused != paused {
+			t.Fatalf("after racing SetLanePaused(%v): events %+v, want %d", paused, es, want)
+		}
+		if paused {
+			ps, _ := lc.PausedLanes(ctx(t))
+			if len(ps) != 1 || ps[0].Actor != es[0].Actor {
+				t.Errorf("pause held by %+v, event by %q", ps, es[0].Actor)
+			}
+		}
 	}
 }

@@ -43,6 +43,7 @@ var Cases = []Case{
 	{"Prune", Prune},
 	{"Dedup", Dedup},
 	{"LaneControls", LaneControls},
+	{"LaneEvents", LaneEvents},
 	{"RaceCreate", RaceCreate},
 	{"RaceTransition", RaceTransition},
 	{"RaceTakeover", RaceTakeover},
@@ -50,6 +51,7 @@ var Cases = []Case{
 	{"RaceBeginEffect", RaceBeginEffect},
 	{"RaceClaim", RaceClaim},
 	{"RaceAppendEvent", RaceAppendEvent},
+	{"RaceLanePause", RaceLanePause},
 	{"Cancelled", Cancelled},
 	{"Closed", Closed},
 }

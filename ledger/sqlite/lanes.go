@@ -13,21 +13,67 @@ var _ ledger.LaneControls = (*Store)(nil)
 
 // SetLanePaused implements ledger.LaneControls. Pausing a paused lane keeps
 // the first pause's actor and time; resuming a lane that is not paused
-// does nothing.
+// does nothing. A call that changes the lane's state appends a lane event
+// in the same transaction.
 func (s *Store) SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error {
 	const op = "sqlite: set lane paused"
 	if err := store.LanePause(op, lane, actor); err != nil {
 		return err
 	}
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		if !paused {
-			_, err := s.txExec(ctx, tx, `DELETE FROM ledger_lane_pauses WHERE lane = ?`, lane)
+		now := s.opts.Now().UnixNano()
+		var res sql.Result
+		var err error
+		if paused {
+			res, err = s.txExec(ctx, tx, `INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES (?, ?, ?)
+				ON CONFLICT (lane) DO NOTHING`, lane, actor, now)
+		} else {
+			res, err = s.txExec(ctx, tx, `DELETE FROM ledger_lane_pauses WHERE lane = ?`, lane)
+		}
+		if err != nil {
 			return err
 		}
-		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES (?, ?, ?)
-			ON CONFLICT (lane) DO NOTHING`, lane, actor, s.opts.Now().UnixNano())
+		n, err := res.RowsAffected()
+		if err != nil || n == 0 {
+			return err // no change, no event
+		}
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_lane_events (lane, actor, paused, at) VALUES (?, ?, ?, ?)`,
+			lane, actor, paused, now)
 		return err
 	})
+}
+
+// LaneEvents implements ledger.LaneControls, newest first.
+func (s *Store) LaneEvents(ctx context.Context, lane string, limit int) ([]ledger.LaneEvent, error) {
+	const op = "sqlite: lane events"
+	limit, err := store.LaneEvents(op, lane, limit)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.read(op); err != nil {
+		return nil, err
+	}
+	var rows *sql.Rows
+	if lane == "" {
+		rows, err = s.rQuery(ctx, `SELECT lane, actor, paused, at FROM ledger_lane_events ORDER BY seq DESC LIMIT ?`, limit)
+	} else {
+		rows, err = s.rQuery(ctx, `SELECT lane, actor, paused, at FROM ledger_lane_events WHERE lane = ? ORDER BY seq DESC LIMIT ?`, lane, limit)
+	}
+	if err != nil {
+		return nil, s.classify(op, err)
+	}
+	defer rows.Close()
+	var out []ledger.LaneEvent
+	for rows.Next() {
+		var e ledger.LaneEvent
+		var at int64
+		if err := rows.Scan(&e.Lane, &e.Actor, &e.Paused, &at); err != nil {
+			return nil, s.classify(op, err)
+		}
+		e.At = time.Unix(0, at)
+		out = append(out, e)
+	}
+	return out, s.classify(op, rows.Err())
 }
 
 // PausedLanes implements ledger.LaneControls, ordered by lane name.

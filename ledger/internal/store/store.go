@@ -247,6 +247,25 @@ func LanePause(op, lane, actor string) error {
 	return keyAllowEmpty(op, "actor", actor)
 }
 
+// LaneEvents validates LaneEvents' arguments ("" is every lane) and
+// returns the limit with its default (100) and maximum (1000) applied.
+func LaneEvents(op, lane string, limit int) (int, error) {
+	if lane != "" {
+		if err := broker.ValidateName("lane", lane); err != nil {
+			return 0, broker.Wrap(op, broker.Permanent, err)
+		}
+	}
+	switch {
+	case limit < 0:
+		return 0, Invalid(op, "limit %d is negative", limit)
+	case limit == 0:
+		return 100, nil
+	case limit > 1000:
+		return 1000, nil
+	}
+	return limit, nil
+}
+
 // Dedup validates a dedup claim's arguments.
 func Dedup(op, lane, tenant, key, id string) error {
 	if err := broker.ValidateName("lane", lane); err != nil {
