@@ -38,6 +38,30 @@ func (c *Client) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
 	return lc.PausedLanes(ctx)
 }
 
+// LaneEvents lists the lanes' history, newest first: who paused or resumed
+// each lane through the ledger, and when (one event for each change of
+// state; a pause of a paused lane or a resume of a running one records
+// none). lane "" lists every lane's events; limit 0 means 100, and at most
+// 1000 are returned. It needs a ledger (ErrNoLedger) that implements
+// ledger.LaneControls (else an error matching broker.ErrUnsupported); a
+// bad lane name or a negative limit matches broker.ErrInvalid.
+func (c *Client) LaneEvents(ctx context.Context, lane string, limit int) ([]ledger.LaneEvent, error) {
+	if lane != "" {
+		if err := broker.ValidateName("lane", lane); err != nil {
+			return nil, err
+		}
+	}
+	if limit < 0 {
+		return nil, broker.KindError("switchyard: lane events", broker.Permanent, broker.ErrInvalid,
+			"limit %d is negative", limit)
+	}
+	lc, err := c.laneControls("lane events")
+	if err != nil {
+		return nil, err
+	}
+	return lc.LaneEvents(ctx, lane, limit)
+}
+
 func (c *Client) setLanePaused(ctx context.Context, lane string, paused bool, actor string) error {
 	if err := broker.ValidateName("lane", lane); err != nil {
 		return err

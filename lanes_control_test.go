@@ -3,6 +3,7 @@ package switchyard_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +101,86 @@ func TestClient_PauseLaneBadInput(t *testing.T) {
 	}
 	if _, err := plain.PausedLanes(ctx); !errors.Is(err, broker.ErrUnsupported) {
 		t.Errorf("PausedLanes with a ledger lacking LaneControls = %v, want broker.ErrUnsupported", err)
+	}
+}
+
+// TestClient_LaneEvents: pauses and resumes through the Client are in the
+// lane history with their actors (the default actor "operator" included),
+// newest first, filtered by lane and limited; calls that change nothing
+// add nothing; bad input, no ledger and a ledger without lane controls are
+// refused clearly.
+func TestClient_LaneEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, b, c := withLedger(t)
+	for _, s := range []struct {
+		pause       bool
+		lane, actor string
+	}{
+		{true, "batch", "operator:alice"},
+		{true, "batch", "operator:bob"},  // already paused: no event
+		{false, "batch", ""},             // recorded as "operator"
+		{false, "batch", "operator:bob"}, // already running: no event
+		{true, "interactive", "token:ci"},
+		{true, "batch", "operator:carol"},
+	} {
+		var err error
+		if s.pause {
+			err = c.PauseLane(ctx, s.lane, s.actor)
+		} else {
+			err = c.ResumeLane(ctx, s.lane, s.actor)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	type ev struct {
+		lane, actor string
+		paused      bool
+	}
+	got := func(lane string, limit int) []ev {
+		t.Helper()
+		es, err := c.LaneEvents(ctx, lane, limit)
+		if err != nil {
+			t.Fatalf("LaneEvents(%q, %d): %v", lane, limit, err)
+		}
+		out := []ev{}
+		for _, e := range es {
+			if e.At.IsZero() {
+				t.Errorf("event %+v has no time", e)
+			}
+			out = append(out, ev{e.Lane, e.Actor, e.Paused})
+		}
+		return out
+	}
+	all := []ev{{"batch", "operator:carol", true}, {"interactive", "token:ci", true}, {"batch", "operator", false}, {"batch", "operator:alice", true}}
+	if g := got("", 0); !slices.Equal(g, all) {
+		t.Errorf("LaneEvents(all) = %+v, want %+v", g, all)
+	}
+	if g := got("batch", 0); !slices.Equal(g, []ev{all[0], all[2], all[3]}) {
+		t.Errorf("LaneEvents(batch) = %+v", g)
+	}
+	if g := got("", 2); !slices.Equal(g, all[:2]) {
+		t.Errorf("LaneEvents(all, 2) = %+v", g)
+	}
+	if g := got("scheduled", 0); len(g) != 0 {
+		t.Errorf("LaneEvents(scheduled) = %+v, want none", g)
+	}
+
+	for _, lane := range []string{"-bad", "has space"} {
+		if _, err := c.LaneEvents(ctx, lane, 0); !errors.Is(err, broker.ErrInvalid) {
+			t.Errorf("LaneEvents(%q) = %v, want broker.ErrInvalid", lane, err)
+		}
+	}
+	if _, err := c.LaneEvents(ctx, "batch", -1); !errors.Is(err, broker.ErrInvalid) {
+		t.Errorf("LaneEvents with limit -1 = %v, want broker.ErrInvalid", err)
+	}
+	none, _ := switchyard.NewClient(b, nil)
+	if _, err := none.LaneEvents(ctx, "", 0); !errors.Is(err, switchyard.ErrNoLedger) {
+		t.Errorf("LaneEvents without a ledger = %v", err)
+	}
+	plain, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: plainLedger{L}})
+	if _, err := plain.LaneEvents(ctx, "", 0); !errors.Is(err, broker.ErrUnsupported) {
+		t.Errorf("LaneEvents with a ledger lacking LaneControls = %v, want broker.ErrUnsupported", err)
 	}
 }
