@@ -320,6 +320,8 @@ func (h *handler) errorStatus(r *http.Request, err error) (int, string) {
 		return ae.status, ae.msg
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body larger than %d bytes", mbe.Limit)
+	case errors.Is(err, ErrTenantScoped):
+		return http.StatusForbidden, err.Error()
 	case errors.Is(err, ledger.ErrNotFound):
 		return http.StatusNotFound, "not found"
 	case errors.Is(err, switchyard.ErrNoLedger):

@@ -43,6 +43,23 @@ func laneOut(l LaneInfo) laneJSON {
 	}
 }
 
+// laneEventJSON is a pause or resume of a lane (ledger.LaneEvent).
+type laneEventJSON struct {
+	Lane   string    `json:"lane"`
+	Action string    `json:"action"` // "pause" or "resume"
+	Paused bool      `json:"paused"` // the lane's state after the change
+	Actor  string    `json:"actor"`
+	At     time.Time `json:"at"`
+}
+
+func laneEventOut(e ledger.LaneEvent) laneEventJSON {
+	action := "resume"
+	if e.Paused {
+		action = "pause"
+	}
+	return laneEventJSON{Lane: e.Lane, Action: action, Paused: e.Paused, Actor: e.Actor, At: e.At.UTC()}
+}
+
 // payload renders stored bytes: JSON as itself, anything else as a JSON
 // string (invalid UTF-8 replaced), so an undecodable payload can still be
 // looked at.

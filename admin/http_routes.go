@@ -46,6 +46,8 @@ func (h *handler) routes(metrics http.Handler) error {
 	h.handle("GET "+v1+"lanes", accessRead, h.lanes)
 	h.handle("POST "+v1+"lanes/{lane}/pause", accessAdmin, h.pauseResume(true))
 	h.handle("POST "+v1+"lanes/{lane}/resume", accessAdmin, h.pauseResume(false))
+	h.handle("GET "+v1+"lanes/{lane}/events", accessRead, h.laneEvents)
+	h.handle("GET "+v1+"lane-events", accessRead, h.laneEvents)
 	h.handle("GET "+v1+"tasks", accessRead, h.tasks)
 	h.handle("POST "+v1+"tasks", accessEnqueue, h.enqueue)
 	h.handle("GET "+v1+"tasks/{id}", accessRead, h.task)
@@ -129,6 +131,25 @@ func (h *handler) pauseResume(pause bool) apiFunc {
 		}
 		return http.StatusOK, map[string]any{"lane": lane, "paused": pause}, nil
 	}
+}
+
+// laneEvents serves the lanes' history: one lane's (lanes/{lane}/events)
+// or every lane's (lane-events).
+func (h *handler) laneEvents(r *http.Request, c *call) (int, any, error) {
+	limit, err := limitParam(r.URL.Query())
+	if err != nil {
+		return 0, nil, err
+	}
+	lane := r.PathValue("lane") // "" on lane-events: every lane
+	es, err := h.ops.LaneEvents(r.Context(), c.scope, lane, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]laneEventJSON, 0, len(es))
+	for _, e := range es {
+		out = append(out, laneEventOut(e))
+	}
+	return http.StatusOK, map[string]any{"events": out}, nil
 }
 
 // limitParam reads the limit query parameter (0 when absent).

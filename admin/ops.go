@@ -29,7 +29,8 @@
 // Actor to the affected task's log: "replayed" and "moved" (the task goes
 // from dead back to queued), "purged" (the task stays dead), and sandbox
 // replays ("sandbox_replayed"). Lane pauses are kept in the ledger with who
-// paused the lane and since when.
+// paused the lane and since when, and each pause and resume with its Actor
+// in the lanes' history (LaneEvents).
 //
 // # Scope
 //

@@ -3,9 +3,16 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 )
+
+// ErrTenantScoped is returned to a tenant-scoped caller (a Scope with a
+// Tenant) by an operation on what every tenant shares, such as the lanes'
+// history. The HTTP API answers it with 403.
+var ErrTenantScoped = errors.New("admin: not for a tenant-scoped caller")
 
 // PauseLane stops every server on this ledger from starting tasks of lane
 // (within about a second); running tasks finish. ResumeLane undoes it.
@@ -18,6 +25,19 @@ func (o *Ops) PauseLane(ctx context.Context, lane string, who Actor) error {
 // ResumeLane lets servers start tasks of lane again.
 func (o *Ops) ResumeLane(ctx context.Context, lane string, who Actor) error {
 	return o.client.ResumeLane(ctx, lane, who.String())
+}
+
+// LaneEvents lists who paused and resumed lanes through the ledger, and
+// when, newest first (see switchyard.Client.LaneEvents): lane "" lists
+// every lane's; limit 0 means 100, at most 1000. The lanes are shared by
+// every tenant, so a tenant-scoped caller gets ErrTenantScoped. It needs a
+// ledger (ErrNoLedger); a bad lane name or a negative limit matches
+// broker.ErrInvalid.
+func (o *Ops) LaneEvents(ctx context.Context, sc Scope, lane string, limit int) ([]ledger.LaneEvent, error) {
+	if sc.Tenant != "" {
+		return nil, fmt.Errorf("%w: the lanes' history is shared by every tenant", ErrTenantScoped)
+	}
+	return o.client.LaneEvents(ctx, lane, limit)
 }
 
 // pausedLanes maps each paused lane to who paused it; empty without a
