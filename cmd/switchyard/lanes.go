@@ -9,14 +9,17 @@ import (
 
 	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 )
 
-const lanesUsage = `usage: switchyard lanes <ls|pause|resume> --broker URL [--ledger DSN] [flags]
+const lanesUsage = `usage: switchyard lanes <ls|pause|resume|history> --broker URL [--ledger DSN] [flags]
   ls            every lane at a glance: depths, oldest ready age against its objective,
                 pause state (with --ledger)
   pause LANE    stop every server on this ledger from starting tasks of LANE (needs --ledger);
                 running tasks finish
-  resume LANE   let them start tasks of LANE again (needs --ledger)`
+  resume LANE   let them start tasks of LANE again (needs --ledger)
+  history       who paused and resumed lanes, and when, newest first (needs --ledger);
+                [--lane LANE] for one lane, [--limit N] (default 100, at most 1000)`
 
 func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -25,7 +28,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	sub := args[0]
 	switch sub {
-	case "ls", "pause", "resume":
+	case "ls", "pause", "resume", "history":
 	default:
 		fmt.Fprintf(stderr, "unknown lanes command %q\n%s\n", sub, lanesUsage)
 		return errUsage
@@ -33,17 +36,33 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c := newOpsCmd("lanes "+sub, lanesUsage, stderr)
 	var laneList listFlag
 	c.fs.Var(&laneList, "lanes", "lanes to show when the broker cannot list its own (comma-separated; default: the four default lanes)")
+	var histLane *string
+	var histLimit *int
+	if sub == "history" {
+		histLane = c.fs.String("lane", "", "only this lane's history (default: every lane's)")
+		histLimit = c.fs.Int("limit", 0, "show at most this many events, newest first (default 100, at most 1000)")
+	}
 	npos := 1
-	if sub == "ls" {
+	if sub == "ls" || sub == "history" {
 		npos = 0
 	}
 	pos, err := c.parse(args[1:], npos, sub != "ls", stderr)
 	if err != nil {
 		return err
 	}
-	if sub != "ls" {
+	switch sub {
+	case "pause", "resume":
 		if err := broker.ValidateName("lane", pos[0]); err != nil {
 			return err
+		}
+	case "history":
+		if *histLane != "" {
+			if err := broker.ValidateName("lane", *histLane); err != nil {
+				return err
+			}
+		}
+		if *histLimit < 0 || *histLimit > 1000 {
+			return fmt.Errorf("--limit must be between 0 and 1000, got %d", *histLimit)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
@@ -66,6 +85,12 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		fmt.Fprintf(stdout, "resumed lane %s\n", pos[0])
 		return nil
+	case "history":
+		es, err := ops.LaneEvents(ctx, admin.Scope{}, *histLane, *histLimit)
+		if err != nil {
+			return err
+		}
+		return printLaneEvents(stdout, es, *c.asJSON)
 	}
 	ls, err := ops.Lanes(ctx)
 	if err != nil {
@@ -101,6 +126,41 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			state += ", LATE"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", term(l.Lane), l.Ready, l.InFlight, l.Delayed, l.DeadLettered, age(l.OldestReady), age(l.Objective), state)
+	}
+	return tw.Flush()
+}
+
+// printLaneEvents prints the lanes' history as a table or, with asJSON, as
+// a JSON array (the admin API's fields).
+func printLaneEvents(w io.Writer, es []ledger.LaneEvent, asJSON bool) error {
+	action := func(e ledger.LaneEvent) string {
+		if e.Paused {
+			return "pause"
+		}
+		return "resume"
+	}
+	if asJSON {
+		type row struct {
+			Lane   string `json:"lane"`
+			Action string `json:"action"`
+			Paused bool   `json:"paused"`
+			Actor  string `json:"actor"`
+			At     string `json:"at"`
+		}
+		out := make([]row, 0, len(es))
+		for _, e := range es {
+			out = append(out, row{e.Lane, action(e), e.Paused, e.Actor, rfc3339(e.At)})
+		}
+		return writeJSON(w, out)
+	}
+	if len(es) == 0 {
+		fmt.Fprintln(w, "no lane has been paused or resumed through this ledger")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AT\tAGO\tLANE\tACTION\tBY")
+	for _, e := range es {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", rfc3339(e.At), since(e.At), term(e.Lane), action(e), dash(e.Actor))
 	}
 	return tw.Flush()
 }

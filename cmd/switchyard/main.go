@@ -44,7 +44,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
-		{"lanes", "list lanes with depths and pause state; pause or resume a lane", runLanes},
+		{"lanes", "list lanes with depths and pause state; pause or resume a lane; who paused and resumed it", runLanes},
 		{"tasks", "list tasks from the ledger, or show one with its timeline", runTasks},
 		{"dlq", "list, show, replay, move or purge dead letters", runDLQ},
 		{"peek", "show the next ready messages of a lane without taking them", runPeek},
