@@ -207,6 +207,14 @@ func TestDashboard_Browser(t *testing.T) {
 	br.waitJS("scheduled lane shows the delayed task", `document.querySelector('[data-testid="lane-scheduled"] [data-testid="lane-depth"]').textContent === "1"`, 10*time.Second)
 	// Two polls give the trend line its first segment.
 	br.waitJS("sparkline", `document.querySelector('[data-testid="lane-batch"] svg.spark polyline') !== null`, 15*time.Second)
+	// A lane card names who last paused or resumed the lane.
+	if err := e.client.PauseLane(e.ctx, "scheduled", "operator:zoe"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.ResumeLane(e.ctx, "scheduled", "operator:zoe"); err != nil {
+		t.Fatal(err)
+	}
+	br.waitJS("scheduled lane shows its last resume", `((document.querySelector('[data-testid="lane-scheduled"] [data-testid="lane-last"]') || {}).textContent || "").startsWith("resumed by operator:zoe")`, 10*time.Second)
 	br.screenshot("lanes")
 
 	// The dead-letter browser shows the reason and the error.

@@ -15,6 +15,8 @@
     taskID: "",
     history: {}, // lane -> [depth, ...]
     lanes: [],
+    laneLast: {}, // lane -> its last pause or resume ({lane, action, paused, actor, at})
+    laneHistory: true, // false once the API says there is none (no ledger) or not for this token
     tasksNext: "",
     timer: 0,
     busy: false,
@@ -192,6 +194,8 @@
       showLogin("This token may only enqueue tasks; the dashboard needs a read or admin token.");
       return false;
     }
+    state.laneLast = {};
+    state.laneHistory = !state.me.tenant;
     const who = $("whoami");
     who.textContent = state.me.name + " · " + state.me.role + (state.me.tenant ? " · tenant " + state.me.tenant : "");
     document.body.classList.toggle("is-admin", isAdmin());
@@ -299,6 +303,7 @@
         }, l.paused ? "Resume" : "Pause")
       );
     }
+    const last = state.laneLast[l.lane];
     if (l.dead_lettered > 0) {
       actions.append(el("a", { href: "#dead", class: "small", onclick: () => ($("dead-lane").value = l.lane) }, "Dead letters →"));
     }
@@ -310,6 +315,8 @@
       el("div", { class: "age" },
         el("span", {}, "oldest ", el("b", {}, l.ready ? fmtDur(l.oldest_ready_ms) : "–"), l.objective_ms ? " / objective " + fmtDur(l.objective_ms) : ""),
         bar),
+      last ? el("div", { class: "lane-last", "data-testid": "lane-last" },
+        (last.paused ? "paused" : "resumed") + " by " + (last.actor || "someone") + " ", timeCell(last.at)) : null,
       actions);
   }
 
@@ -323,7 +330,7 @@
     let prev = null;
     for (const l of state.lanes) {
       dead += l.dead_lettered;
-      const sig = JSON.stringify([l, state.me && state.me.role, state.me && state.me.tenant]);
+      const sig = JSON.stringify([l, state.laneLast[l.lane] || null, state.me && state.me.role, state.me && state.me.tenant]);
       let card = cards.get(l.lane);
       cards.delete(l.lane);
       if (!card || card.dataset.sig !== sig) {
@@ -361,11 +368,29 @@
       h.push(l.ready + l.in_flight + l.delayed);
       if (h.length > HISTORY) h.shift();
     }
+    await pollLaneHistory();
     if (state.view === "lanes") renderLanes();
     else {
       let dead = 0;
       for (const l of state.lanes) dead += l.dead_lettered;
       $("count-dead").textContent = dead ? String(dead) : "";
+    }
+  }
+
+  // pollLaneHistory keeps each lane's last pause or resume (who, when) from
+  // the lanes' history. Without a ledger (501) or for a tenant-scoped token
+  // (403) there is none to show, and the page stops asking.
+  async function pollLaneHistory() {
+    if (!state.laneHistory) return;
+    try {
+      const data = await api("GET", "lane-events");
+      const last = {};
+      for (const ev of data.events || []) if (!last[ev.lane]) last[ev.lane] = ev;
+      state.laneLast = last;
+    } catch (e) {
+      if (e.status !== 501 && e.status !== 403) throw e;
+      state.laneHistory = false;
+      state.laneLast = {};
     }
   }
 
