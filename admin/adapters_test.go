@@ -1,31 +1,18 @@
 package admin
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
-
 	_ "github.com/switchyard-dev/switchyard/adapters/all"
-	"github.com/switchyard-dev/switchyard/adapters/sqs"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -176,137 +163,5 @@ func adapterNamespace() string {
 // broker is unavailable.
 func adapterURL(t *testing.T, kind, ns string) string {
 	t.Helper()
-	switch kind {
-	case "embedded":
-		return "embedded://" + filepath.Join(t.TempDir(), "q.db") + "?namespace=" + ns
-	case "rabbitmq":
-		u, err := url.Parse(testenv.RabbitMQ.Endpoint(t))
-		if err != nil {
-			t.Fatal("RabbitMQ endpoint does not parse")
-		}
-		if u.Scheme == "amqp" {
-			u.Scheme = "rabbitmq"
-		}
-		u.RawQuery = "namespace=" + ns
-		t.Cleanup(func() { cleanupRabbitMQ(t, ns) })
-		return u.String()
-	case "nats":
-		endpoint := testenv.NATS.Endpoint(t)
-		t.Cleanup(func() { cleanupNATS(t, endpoint, ns) })
-		return strings.TrimSuffix(endpoint, "/") + "/?namespace=" + ns
-	case "asynq":
-		addr := testenv.Redis.Endpoint(t)
-		t.Cleanup(func() { cleanupRedis(addr, ns) })
-		return "redis://" + addr + "/0?namespace=" + ns
-	case "sqs":
-		endpoint := testenv.SQS.Endpoint(t)
-		u := "sqs://?region=us-east-1&endpoint=" + url.QueryEscape(endpoint) + "&namespace=" + ns
-		t.Cleanup(func() { cleanupSQS(u, ns) })
-		return u
-	}
-	t.Fatalf("unknown adapter %q", kind)
-	return ""
-}
-
-var rabbitCtlMu sync.Mutex
-
-func cleanupRabbitMQ(t *testing.T, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	rabbitCtlMu.Lock()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", "list_queues", "-q", "name").Output()
-	rabbitCtlMu.Unlock()
-	if err != nil {
-		t.Logf("cleanup: cannot list RabbitMQ queues (%v); namespace %s left behind", err, ns)
-		return
-	}
-	conn, err := amqp.Dial(testenv.RabbitMQ.Endpoint(t))
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer conn.Close()
-	for _, name := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(name, "switchyard."+ns+".") {
-			continue
-		}
-		ch, err := conn.Channel()
-		if err != nil {
-			return
-		}
-		_, _ = ch.QueueDelete(name, false, false, false)
-		_ = ch.Close()
-	}
-}
-
-func cleanupNATS(t *testing.T, endpoint, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	nc, err := natsgo.Connect(endpoint)
-	if err != nil {
-		t.Logf("cleanup: %v", err)
-		return
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return
-	}
-	var doomed []string
-	names := js.StreamNames(ctx)
-	for n := range names.Name() {
-		if strings.Contains(strings.ToLower(n), ns) {
-			doomed = append(doomed, n)
-		}
-	}
-	for _, n := range doomed {
-		_ = js.DeleteStream(ctx, n)
-	}
-}
-
-func cleanupRedis(addr, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	var cursor uint64
-	for i := 0; i < 1000; i++ {
-		keys, next, err := c.Scan(ctx, cursor, "asynq:{"+ns+":*", 500).Result()
-		if err != nil {
-			return
-		}
-		if len(keys) > 0 {
-			c.Unlink(ctx, keys...)
-		}
-		if cursor = next; cursor == 0 {
-			break
-		}
-	}
-	members, _ := c.SMembers(ctx, "asynq:queues").Result()
-	for _, m := range members {
-		if strings.HasPrefix(m, ns+":") {
-			c.SRem(ctx, "asynq:queues", m)
-		}
-	}
-}
-
-func cleanupSQS(rawURL, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	u, err := url.Parse(rawURL + "&create=false")
-	if err != nil {
-		return
-	}
-	d, err := sqs.Open(ctx, u)
-	if err != nil {
-		return
-	}
-	defer d.Close()
-	out, err := d.Client().ListQueues(ctx, &awssqs.ListQueuesInput{QueueNamePrefix: aws.String(ns + "_"), MaxResults: aws.Int32(1000)})
-	if err != nil {
-		return
-	}
-	for _, q := range out.QueueUrls {
-		_, _ = d.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(q)})
-	}
+	return testclean.URL(t, kind, ns, nil)
 }

@@ -17,7 +17,7 @@ import (
 
 	_ "github.com/switchyard-dev/switchyard/adapters/all" // every broker URL scheme
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/migrate"
 )
 
@@ -105,36 +105,13 @@ func namespace(t *testing.T) string {
 // the reason the broker is unavailable.
 func urlFor(t *testing.T, kind, ns string) string {
 	t.Helper()
-	switch kind {
-	case "embedded":
-		return "embedded://" + filepath.Join(t.TempDir(), "q.db") + "?namespace=" + ns
-	case "rabbitmq":
-		u, err := url.Parse(testenv.RabbitMQ.Endpoint(t))
-		if err != nil {
-			t.Fatal("RabbitMQ endpoint does not parse")
-		}
-		if u.Scheme == "amqp" {
-			u.Scheme = "rabbitmq"
-		}
-		u.RawQuery = "namespace=" + ns
-		cleanupRabbitMQ(t, ns)
-		return u.String()
-	case "nats":
-		cleanupNATS(t, ns)
+	var extra url.Values
+	if kind == "nats" {
 		// A short AckWait, so messages leased by a killed run come back
 		// within the test (the driver keeps longer leases alive itself).
-		return strings.TrimSuffix(testenv.NATS.Endpoint(t), "/") + "/?namespace=" + ns + "&ack_wait=5s"
-	case "asynq":
-		addr := testenv.Redis.Endpoint(t)
-		cleanupAsynq(t, addr, ns)
-		return "redis://" + addr + "/0?namespace=" + ns
-	case "sqs":
-		u := "sqs://?region=us-east-1&endpoint=" + url.QueryEscape(testenv.SQS.Endpoint(t)) + "&namespace=" + ns
-		cleanupSQS(t, u, ns)
-		return u
+		extra = url.Values{"ack_wait": {"5s"}}
 	}
-	t.Fatalf("unknown adapter %q", kind)
-	return ""
+	return testclean.URL(t, kind, ns, extra)
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {

@@ -1,9 +1,18 @@
-package migrate_test
+// Package testclean removes what tests leave on the shared brokers: the
+// queues, streams and keys of one test namespace. The shared RabbitMQ,
+// NATS, Redis and SQS emulator keep what the tests create, and RabbitMQ
+// stops accepting connections at a few hundred quorum queues on the test
+// machines, so every test that opens a namespace on them removes it.
+//
+// Each function registers its removal with t.Cleanup; removal is best
+// effort and logs what it could not remove.
+package testclean
 
 import (
 	"context"
 	"net/url"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,15 +29,55 @@ import (
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
 )
 
-// The shared RabbitMQ, NATS, Redis and SQS emulator keep what the tests
-// create, and RabbitMQ stops accepting connections at a few hundred quorum
-// queues on these machines: every test removes its namespace's queues,
-// streams and keys.
+// URL returns a URL of the named adapter ("embedded", "rabbitmq", "nats",
+// "asynq", "sqs") for namespace ns with the extra query parameters, and
+// registers the removal of what the test creates there. It skips (or fails
+// under SWITCHYARD_REQUIRE_BROKERS=1) when the broker is unavailable.
+func URL(t testing.TB, kind, ns string, extra url.Values) string {
+	t.Helper()
+	q := url.Values{}
+	for k, v := range extra {
+		q[k] = v
+	}
+	q.Set("namespace", ns)
+	switch kind {
+	case "embedded":
+		return "embedded://" + filepath.Join(t.TempDir(), "q.db") + "?" + q.Encode()
+	case "rabbitmq":
+		u, err := url.Parse(testenv.RabbitMQ.Endpoint(t))
+		if err != nil {
+			t.Fatal("RabbitMQ endpoint does not parse")
+		}
+		if u.Scheme == "amqp" {
+			u.Scheme = "rabbitmq"
+		}
+		u.RawQuery = q.Encode()
+		RabbitMQ(t, ns)
+		return u.String()
+	case "nats":
+		endpoint := testenv.NATS.Endpoint(t)
+		NATS(t, endpoint, ns)
+		return strings.TrimSuffix(endpoint, "/") + "/?" + q.Encode()
+	case "asynq":
+		addr := testenv.Redis.Endpoint(t)
+		Asynq(t, addr, ns)
+		return "redis://" + addr + "/0?" + q.Encode()
+	case "sqs":
+		q.Set("region", "us-east-1")
+		q.Set("endpoint", testenv.SQS.Endpoint(t))
+		u := "sqs://?" + q.Encode()
+		SQS(t, u, ns)
+		return u
+	}
+	t.Fatalf("unknown adapter %q", kind)
+	return ""
+}
 
 // rabbitCtlMu serialises rabbitmqctl calls (each starts an Erlang VM).
 var rabbitCtlMu sync.Mutex
 
-func cleanupRabbitMQ(t *testing.T, ns string) {
+// RabbitMQ deletes the queues of namespace ns on the test RabbitMQ.
+func RabbitMQ(t testing.TB, ns string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -59,11 +108,12 @@ func cleanupRabbitMQ(t *testing.T, ns string) {
 	})
 }
 
-func cleanupNATS(t *testing.T, ns string) {
+// NATS deletes the JetStream streams of namespace ns at endpoint.
+func NATS(t testing.TB, endpoint, ns string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		nc, err := natsgo.Connect(testenv.NATS.Endpoint(t))
+		nc, err := natsgo.Connect(endpoint)
 		if err != nil {
 			t.Logf("cleanup: %v", err)
 			return
@@ -86,8 +136,8 @@ func cleanupNATS(t *testing.T, ns string) {
 	})
 }
 
-// cleanupAsynq removes the Redis keys of an asynq namespace.
-func cleanupAsynq(t *testing.T, addr, ns string) {
+// Asynq removes the Redis keys of asynq namespace ns at addr.
+func Asynq(t testing.TB, addr, ns string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -116,8 +166,9 @@ func cleanupAsynq(t *testing.T, addr, ns string) {
 	})
 }
 
-// cleanupSQS deletes the queues of an SQS namespace.
-func cleanupSQS(t *testing.T, rawURL, ns string) {
+// SQS deletes the queues of namespace ns; rawURL is the sqs:// URL the
+// test used (it has a query).
+func SQS(t testing.TB, rawURL, ns string) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
