@@ -120,6 +120,12 @@ type Task struct {
 	LastError   string
 	CreatedAt   time.Time
 	UpdatedAt   time.Time
+	// LeaseUntil is when the running attempt's ledger lease ends (zero:
+	// no lease, as for every task that is not running). The holder renews
+	// it while its handler runs (RenewLeases); another delivery may take
+	// the task over (BeginRun) only once it has passed: a holder that is
+	// alive is never superseded.
+	LeaseUntil time.Time
 }
 
 // Attempt is one attempt at running a task.
@@ -198,6 +204,44 @@ type TransitionRequest struct {
 	IfAttemptBelow int
 }
 
+// RunStart is BeginRun's request: a delivery of task ID is about to run.
+type RunStart struct {
+	ID string
+	// Attempt is the delivery's attempt count (the broker's). The attempt
+	// the run records is the larger of it and the ledger's: the ledger's
+	// own after a snooze or a return (which spend none), one past it
+	// after a failed attempt or a takeover.
+	Attempt int
+	// Worker is recorded on the attempt and as the event's actor.
+	Worker string
+	// Start is the attempt's start time; zero means the store's clock.
+	Start time.Time
+	// Lease is how long the run holds the task without renewing it
+	// (required, > 0). The lease ends at the store's clock plus Lease.
+	Lease time.Duration
+}
+
+// RunEnd is EndRun's request: how an attempt ended and, optionally, the
+// move it makes.
+type RunEnd struct {
+	// Attempt is the outcome record (TaskID and Number required; as for
+	// FinishAttempt, an empty Worker and zero Start keep what BeginRun
+	// recorded).
+	Attempt Attempt
+	// Transition, when not nil, is applied in the same write, guarded as
+	// Transition guards it; its ID must be Attempt.TaskID. A task that
+	// leaves running loses its lease. Nil records the attempt and gives
+	// the lease up (the task stays as it is, for a later delivery to take
+	// over at once).
+	Transition *TransitionRequest
+}
+
+// Lease names a run whose ledger lease RenewLeases extends.
+type Lease struct {
+	ID      string
+	Attempt int
+}
+
 // Filter selects tasks for List.
 type Filter struct {
 	Tenant string // "" = all tenants
@@ -227,6 +271,25 @@ type Ledger interface {
 	Transition(ctx context.Context, req TransitionRequest) (*Task, error)
 	// List returns tasks matching f, oldest first.
 	List(ctx context.Context, f Filter) ([]*Task, error)
+
+	// BeginRun starts a run of a task in one write: it moves the task to
+	// running (from queued or retry_wait, or from running when the
+	// holder's lease has passed — the holder is gone), sets the attempt
+	// number, records the attempt as begun and the lease, and appends the
+	// event ("attempt_started", or "lease_expired" for a takeover). When
+	// the task cannot run now it returns ErrConflict together with the
+	// task as it is (a live holder's LeaseUntil tells when to come back);
+	// an unknown task is ErrNotFound.
+	BeginRun(ctx context.Context, req RunStart) (*Task, error)
+	// EndRun records an attempt's outcome and applies its transition in
+	// one write. The attempt is recorded even when the transition is
+	// refused (ErrConflict, with the task as it is).
+	EndRun(ctx context.Context, req RunEnd) (*Task, error)
+	// RenewLeases extends the leases of running tasks to the store's
+	// clock plus d, in one write, and returns the IDs whose run is no
+	// longer theirs (the task left running or a newer attempt holds it):
+	// their holders must stop.
+	RenewLeases(ctx context.Context, leases []Lease, d time.Duration) (lost []string, err error)
 
 	// StartAttempt records attempt a.Number as begun.
 	StartAttempt(ctx context.Context, a Attempt) error
@@ -329,6 +392,9 @@ type ConflictError struct {
 	ID      string
 	Current State
 	To      State
+	// LeaseUntil is the live holder's lease when a BeginRun found the task
+	// running.
+	LeaseUntil time.Time
 }
 
 func (e *ConflictError) Error() string {

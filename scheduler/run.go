@@ -76,6 +76,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		job.Task, job.Attempt, attempt = task, n, n
+		t.run.Store(int64(n)) // the heartbeat renews this run's ledger lease from now on
 	}
 	job.Sandbox = d.Headers[HeaderSandbox] != "" || job.Task != nil && job.Task.Metadata[MetaSandboxOf] != ""
 	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt})
@@ -96,6 +97,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)
 	dur := time.Since(start)
+	t.run.Store(0) // the handler returned: its ledger lease ends with the write below
 
 	att := ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: start, Duration: dur, Class: out.class(), Stack: out.stack}
 	if out.err != nil {
@@ -104,7 +106,9 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, errLeaseLost):
-		// Another worker holds the task now: touch nothing but our record.
+		// Another worker may hold the task now: touch nothing but our
+		// record, and give our ledger lease up (if it is still ours) so
+		// that the delivery now holding the task need not wait for it.
 		att.Outcome = "lease_lost"
 		s.finishAttempt(settle, att)
 		return
@@ -112,8 +116,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		// Interrupted by shutdown (a handler that finished anyway is
 		// settled normally below).
 		att.Outcome, att.Class = "returned", ""
-		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "returned", "returned unfinished at shutdown", attempt, nil, nil)
+		s.end(settle, att, ledger.Queued, "returned", "returned unfinished at shutdown", nil, nil, time.Time{})
 		if err := s.b.Release(settle, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
@@ -124,8 +127,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	switch {
 	case out.ok:
 		att.Outcome = "ok"
-		s.finishAttempt(settle, att)
-		if !s.transition(settle, d.ID, ledger.Completed, "completed", "", attempt, result, nil) {
+		if !s.end(settle, att, ledger.Completed, "completed", "", result, nil, time.Time{}) {
 			return
 		}
 		s.acks.ack(settle, d)
@@ -133,9 +135,8 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 
 	case out.kind == resultCancel:
 		att.Outcome = "cancel"
-		s.finishAttempt(settle, att)
 		msg := out.err.Error()
-		if !s.transition(settle, d.ID, ledger.Cancelled, "cancelled", msg, attempt, nil, &msg) {
+		if !s.end(settle, att, ledger.Cancelled, "cancelled", msg, nil, &msg, time.Time{}) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
@@ -143,20 +144,18 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
-		s.finishAttempt(settle, att)
-		s.transition(settle, d.ID, ledger.Queued, "snoozed", out.err.Error(), attempt, nil, nil)
+		s.end(settle, att, ledger.Queued, "snoozed", out.err.Error(), nil, nil, time.Time{})
 		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
 		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwait:
 		att.Outcome = "await_review"
-		s.finishAttempt(settle, att)
 		if s.cfg.Ledger == nil {
 			s.dead(settle, d, &att, broker.ReasonPermanent, "AwaitApproval needs a ledger to park the task", nil)
 			return
 		}
 		detail, _ := json.Marshal(map[string]string{"reason": out.reason, "action": out.action})
-		if !s.transition(settle, d.ID, ledger.AwaitingReview, "await_review", string(detail), attempt, nil, nil) {
+		if !s.end(settle, att, ledger.AwaitingReview, "await_review", string(detail), nil, nil, time.Time{}) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
@@ -164,7 +163,6 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 
 	case out.kind == resultPermanent || errors.Is(out.err, broker.ErrUndecodable):
 		att.Outcome = "permanent"
-		s.finishAttempt(settle, att)
 		reason := broker.ReasonPermanent
 		if errors.Is(out.err, broker.ErrUndecodable) {
 			reason = broker.ReasonUndecodable
@@ -173,7 +171,6 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 
 	case out.kind == resultBudget:
 		att.Outcome = "budget"
-		s.finishAttempt(settle, att)
 		s.dead(settle, d, &att, broker.ReasonBudget, out.err.Error(), nil)
 
 	default: // transient, unknown outcome, panic, retry-after
@@ -181,7 +178,6 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		if out.panic {
 			att.Outcome = "panic"
 		}
-		s.finishAttempt(settle, att)
 		// The budget counts deliveries since enqueue (or replay): the
 		// broker's count. The ledger's attempt numbers keep growing across
 		// replays, for the history.
@@ -195,7 +191,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			delay = s.policyFor(h).Backoff(d.Attempt)
 		}
 		msg := out.err.Error()
-		s.transitionRunAt(settle, d.ID, ledger.RetryWait, "retry", msg, attempt, s.cfg.Now().Add(delay), &msg)
+		s.end(settle, att, ledger.RetryWait, "retry", msg, nil, &msg, s.cfg.Now().Add(delay))
 		s.settleErr(d, "nack", s.b.Nack(settle, d, delay))
 		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur, Err: out.err})
 	}
@@ -238,84 +234,143 @@ func deadlineOf(d *broker.Delivery) time.Time {
 	return time.Time{}
 }
 
-// begin records the start of an attempt in the ledger. It returns
-// proceed=false when the delivery must not run: the task already finished
-// (a duplicate delivery), is parked for review, or the ledger is failing
-// (then the delivery is given back for later).
+// begin records the start of an attempt in the ledger (ledger.BeginRun:
+// one write). It returns proceed=false when the delivery must not run: the
+// task already finished (a duplicate delivery), is parked for review, is
+// held by a live attempt elsewhere (the delivery is given back until that
+// lease could end), or the ledger is failing (then the delivery is given
+// back for later).
 func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task, int, bool) {
 	L := s.cfg.Ledger
-	t, err := L.Get(ctx, d.ID)
-	if errors.Is(err, ledger.ErrNotFound) {
-		// Published without a ledger record (by another tool, or a client
-		// without a ledger): record it now.
-		t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane),
-			OrderingKey: d.OrderingKey, Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
-		if err == nil && t.ID != d.ID {
-			// Its idempotency key belongs to another task: this delivery is
-			// a duplicate of that one.
-			s.duplicate(ctx, d, "its idempotency key belongs to task "+t.ID)
+	req := ledger.RunStart{ID: d.ID, Attempt: d.Attempt, Worker: s.cfg.WorkerID, Start: time.Now(), Lease: s.cfg.Lease}
+	for range 4 {
+		t, err := L.BeginRun(ctx, req)
+		if err == nil {
+			return t, t.Attempt, true
+		}
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+			// Published without a ledger record (by another tool, or a
+			// client without a ledger): record it now, then run it.
+			t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane),
+				OrderingKey: d.OrderingKey, Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
+			if err == nil && t.ID != d.ID {
+				// Its idempotency key belongs to another task: this
+				// delivery is a duplicate of that one.
+				s.duplicate(ctx, d, "its idempotency key belongs to task "+t.ID)
+				return nil, 0, false
+			}
+			if err != nil && !refused(err) {
+				s.ledgerDown(ctx, d, err)
+				return nil, 0, false
+			}
+			if err != nil {
+				s.refusedByLedger(ctx, d, err)
+				return nil, 0, false
+			}
+			continue
+		case errors.Is(err, ledger.ErrConflict) && t != nil:
+			if !s.held(ctx, d, t) {
+				return nil, 0, false
+			}
+			continue // a replay moved it back to queued: run it
+		case refused(err):
+			s.refusedByLedger(ctx, d, err)
+			return nil, 0, false
+		default:
+			s.ledgerDown(ctx, d, err)
 			return nil, 0, false
 		}
 	}
-	if err != nil {
-		s.ledgerDown(ctx, d, err)
-		return nil, 0, false
-	}
+	s.ledgerDown(ctx, d, errors.New("the task's state kept changing under the delivery"))
+	return nil, 0, false
+}
+
+// held settles a delivery whose task BeginRun found in state t.State. It
+// returns true when the task was moved so that the delivery may now run.
+func (s *Scheduler) held(ctx context.Context, d *broker.Delivery, t *ledger.Task) bool {
 	switch t.State {
 	case ledger.Completed, ledger.Cancelled, ledger.Rejected, ledger.Failed:
 		s.duplicate(ctx, d, "the task is already "+string(t.State))
-		return nil, 0, false
 	case ledger.AwaitingReview:
 		s.duplicate(ctx, d, "the task is awaiting review")
-		return nil, 0, false
 	case ledger.Dead:
-		// The ledger dead-lettered it but the broker still had it (a crash
-		// between the two): finish the move.
-		s.dead(ctx, d, nil, broker.ReasonMaxAttempts, "dead in the ledger: "+t.LastError, nil)
-		return nil, 0, false
-	}
-	// The attempt this run records: the delivery's, or the ledger's when
-	// the delivery is a copy whose count started lower (one past it after a
-	// failed attempt; the same after a snooze or a return, which spend
-	// none).
-	attempt := max(d.Attempt, t.Attempt)
-	if t.State == ledger.RetryWait {
-		attempt = max(d.Attempt, t.Attempt+1)
-	}
-	req := ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Queued, ledger.RetryWait},
-		To: ledger.Running, Reason: "attempt_started", Actor: s.cfg.WorkerID, Attempt: attempt}
-	if t.State == ledger.Running {
-		// Another delivery started it. Take over only with a newer attempt
-		// (the earlier holder crashed or lost its lease); a copy with an
-		// attempt no newer is a concurrent duplicate.
-		if d.Attempt <= t.Attempt {
-			s.cfg.Logger.Debug("switchyard: task running elsewhere; delivery held back", "task", d.ID)
-			s.settleErr(d, "release", s.b.Release(ctx, d, s.cfg.Lease))
-			s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New("running elsewhere")})
-			return nil, 0, false
+		return s.deadAgain(ctx, d, t)
+	case ledger.Running:
+		// A live attempt holds it (its lease has not passed): this is a
+		// copy of the message, or a redelivery that came before the
+		// holder's lease ended. Never run two handlers of one task: give
+		// the delivery back, without spending an attempt, until the
+		// holder's lease could have ended; by then the task is finished
+		// (and the copy a duplicate) or its holder is known to be gone.
+		wait := s.cfg.Lease
+		if !t.LeaseUntil.IsZero() {
+			wait = min(max(time.Until(t.LeaseUntil)+s.cfg.Heartbeat, s.cfg.Heartbeat), s.cfg.Lease+s.cfg.Heartbeat)
 		}
-		attempt = d.Attempt
-		req.From, req.Attempt, req.IfAttemptBelow = []ledger.State{ledger.Running}, attempt, attempt
+		s.cfg.Logger.Debug("switchyard: task running elsewhere; delivery held back", "task", d.ID, "attempt", t.Attempt, "wait", wait)
+		s.settleErr(d, "release", s.b.Release(ctx, d, wait))
+		s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New("running elsewhere")})
+	default:
+		s.ledgerDown(ctx, d, fmt.Errorf("task %s is %s and cannot start", d.ID, t.State))
 	}
-	t, err = L.Transition(ctx, req)
-	if errors.Is(err, ledger.ErrConflict) {
-		// Someone moved it meanwhile; decide again from its new state.
-		return s.begin(ctx, d)
-	}
+	return false
+}
+
+// deadAgain handles a delivery of a task that is dead in the ledger. When
+// the ledger holds no record that the broker's dead letter was written
+// (reason "dead_lettered"), the worker that decided it crashed between
+// the two: finish the move, with the ledger's own reason and error.
+// Otherwise the dead letter itself came back: an operator replayed it with
+// a tool other than Switchyard's (asynq's Inspector.RunTask, a shovel, a
+// redrive). The replay is honoured: the task goes back to queued and runs
+// (true).
+func (s *Scheduler) deadAgain(ctx context.Context, d *broker.Delivery, t *ledger.Task) bool {
+	L := s.cfg.Ledger
+	evs, err := L.Events(ctx, d.ID)
 	if err != nil {
 		s.ledgerDown(ctx, d, err)
-		return nil, 0, false
+		return false
 	}
-	if err := L.StartAttempt(ctx, ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: time.Now()}); err != nil {
-		// Undo the move to running, or the returned delivery (whose
-		// attempt does not grow) would find the task "running elsewhere"
-		// for good.
-		_, _ = L.Transition(ctx, ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Running}, To: ledger.Queued,
-			Reason: "attempt_not_recorded", Detail: err.Error(), Actor: s.cfg.WorkerID, Attempt: max(attempt-1, 0)})
+	reason, written := broker.ReasonMaxAttempts, false
+	for _, e := range evs {
+		switch {
+		case e.To == ledger.Dead:
+			reason, written = broker.Reason(e.Reason), false
+		case e.Reason == reasonDeadLettered:
+			written = true
+		}
+	}
+	if !written {
+		s.deadLetter(ctx, d, nil, reason, t.LastError)
+		return false
+	}
+	_, err = L.Transition(ctx, ledger.TransitionRequest{ID: d.ID, From: []ledger.State{ledger.Dead}, To: ledger.Queued,
+		Reason: "replayed", Actor: s.cfg.WorkerID,
+		Detail: "its dead letter was delivered again: replayed by a tool other than Switchyard's"})
+	if err != nil && !errors.Is(err, ledger.ErrConflict) {
 		s.ledgerDown(ctx, d, err)
-		return nil, 0, false
+		return false
 	}
-	return t, attempt, true
+	return true
+}
+
+// reasonDeadLettered is the ledger event that records the broker's dead
+// letter as written, after the ledger's move to dead.
+const reasonDeadLettered = "dead_lettered"
+
+// refused reports whether the ledger refused a call for good: the
+// delivery's fields are out of its bounds, and asking again would loop.
+func refused(err error) bool {
+	return errors.Is(err, broker.ErrInvalid) && broker.ClassOf(err) == broker.Permanent
+}
+
+// refusedByLedger dead-letters a delivery the ledger will never accept
+// (an ID, key or count out of its bounds): asking again would loop.
+func (s *Scheduler) refusedByLedger(ctx context.Context, d *broker.Delivery, err error) {
+	s.cfg.Logger.Warn("switchyard: the ledger refuses the delivery; dead-lettering it", "lane", s.b.LaneOf(d.Lane), "error", err)
+	s.settleErr(d, "dead-letter", s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: broker.ReasonUndecodable,
+		Error: "the ledger refuses the task: " + err.Error()}))
+	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: broker.ReasonUndecodable, Err: err})
 }
 
 func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why string) {
@@ -331,53 +386,69 @@ func (s *Scheduler) ledgerDown(ctx context.Context, d *broker.Delivery, err erro
 	s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: err})
 }
 
-// transition applies a ledger transition from running (or any state, for
-// "returned"); false means the task must not be settled further (another
-// worker or an operator moved it).
+// end records attempt a's outcome and moves the task from running to `to`
+// in one ledger write (ledger.EndRun); false means the task must not be
+// settled further (another worker or an operator moved it).
 //
-// mine is the attempt this worker ran: the move applies only while the
-// ledger's attempt is not newer, so a worker that lost the task to a newer
-// attempt cannot settle over the new holder.
-func (s *Scheduler) transition(ctx context.Context, id string, to ledger.State, reason, detail string, mine int, result []byte, lastErr *string) bool {
+// The move applies only while the ledger's attempt is not newer than a's,
+// so a worker that lost the task to a newer attempt cannot settle over the
+// new holder.
+func (s *Scheduler) end(ctx context.Context, a ledger.Attempt, to ledger.State, reason, detail string, result []byte, lastErr *string, runAt time.Time) bool {
 	if s.cfg.Ledger == nil {
 		return true
 	}
-	req := ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Running}, To: to, Reason: reason, Detail: detail,
-		Actor: s.cfg.WorkerID, Result: result, LastError: lastErr}
-	if mine > 0 {
-		req.IfAttemptBelow = mine + 1
-	}
-	_, err := s.cfg.Ledger.Transition(ctx, req)
+	req := &ledger.TransitionRequest{ID: a.TaskID, From: []ledger.State{ledger.Running}, To: to, Reason: reason, Detail: detail,
+		Actor: s.cfg.WorkerID, Result: result, LastError: lastErr, RunAt: runAt, IfAttemptBelow: a.Number + 1}
+	_, err := s.cfg.Ledger.EndRun(ctx, ledger.RunEnd{Attempt: a, Transition: req})
 	if err != nil {
-		s.cfg.Logger.Warn("switchyard: ledger transition failed", "task", id, "to", to, "error", err)
+		s.cfg.Logger.Warn("switchyard: ledger transition failed", "task", a.TaskID, "to", to, "error", err)
 		return !errors.Is(err, ledger.ErrConflict)
 	}
 	return true
 }
 
-func (s *Scheduler) transitionRunAt(ctx context.Context, id string, to ledger.State, reason, detail string, mine int, runAt time.Time, lastErr *string) {
-	if s.cfg.Ledger == nil {
-		return
-	}
-	_, err := s.cfg.Ledger.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Running}, To: to, Reason: reason,
-		Detail: detail, Actor: s.cfg.WorkerID, RunAt: runAt, LastError: lastErr, IfAttemptBelow: mine + 1})
-	if err != nil {
-		s.cfg.Logger.Warn("switchyard: ledger transition failed", "task", id, "to", to, "error", err)
-	}
-}
-
+// finishAttempt records an attempt that makes no move, and gives its
+// ledger lease up if the run still holds it.
 func (s *Scheduler) finishAttempt(ctx context.Context, a ledger.Attempt) {
 	if s.cfg.Ledger == nil {
 		return
 	}
-	if err := s.cfg.Ledger.FinishAttempt(ctx, a); err != nil {
+	if _, err := s.cfg.Ledger.EndRun(ctx, ledger.RunEnd{Attempt: a}); err != nil {
 		s.cfg.Logger.Warn("switchyard: recording an attempt failed", "task", a.TaskID, "attempt", a.Number, "error", err)
 	}
 }
 
 // dead dead-letters d with the whole attempt history: the ledger's when
-// there is one, else the attempt just made.
+// there is one, else the attempt just made. last, when set, is the attempt
+// that ended here: its record and the move to dead are one ledger write.
 func (s *Scheduler) dead(ctx context.Context, d *broker.Delivery, last *ledger.Attempt, reason broker.Reason, msg string, _ error) {
+	if L := s.cfg.Ledger; L != nil {
+		m := msg
+		req := ledger.TransitionRequest{ID: d.ID, To: ledger.Dead, Reason: string(reason), Detail: msg, Actor: s.cfg.WorkerID, LastError: &m}
+		var err error
+		if last != nil {
+			req.IfAttemptBelow = last.Number + 1 // not over a newer holder
+			_, err = L.EndRun(ctx, ledger.RunEnd{Attempt: *last, Transition: &req})
+		} else {
+			_, err = L.Transition(ctx, req)
+		}
+		if errors.Is(err, ledger.ErrConflict) && last != nil {
+			if t, gerr := L.Get(ctx, d.ID); gerr == nil && t.Attempt > last.Number {
+				// A newer attempt holds the task: leave it to that one.
+				s.cfg.Logger.Warn("switchyard: not dead-lettering a task a newer attempt holds", "task", d.ID, "attempt", last.Number, "newer", t.Attempt)
+				return
+			}
+		}
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrConflict) {
+			s.cfg.Logger.Warn("switchyard: ledger transition to dead failed", "task", d.ID, "error", err)
+		}
+	}
+	s.deadLetter(ctx, d, last, reason, msg)
+}
+
+// deadLetter moves d to its dead-letter queue with the attempt history and
+// records in the ledger that the dead letter is written.
+func (s *Scheduler) deadLetter(ctx context.Context, d *broker.Delivery, last *ledger.Attempt, reason broker.Reason, msg string) {
 	var hist []broker.AttemptRecord
 	if s.cfg.Ledger != nil {
 		if as, err := s.cfg.Ledger.Attempts(ctx, d.ID); err == nil {
@@ -389,25 +460,15 @@ func (s *Scheduler) dead(ctx context.Context, d *broker.Delivery, last *ledger.A
 	if len(hist) == 0 && last != nil {
 		hist = []broker.AttemptRecord{{Attempt: last.Number, Start: last.Start, Duration: last.Duration, Class: last.Class, Error: last.Error, Worker: last.Worker}}
 	}
-	if s.cfg.Ledger != nil {
-		m := msg
-		req := ledger.TransitionRequest{ID: d.ID, To: ledger.Dead, Reason: string(reason), Detail: msg, Actor: s.cfg.WorkerID, LastError: &m}
-		if last != nil {
-			req.IfAttemptBelow = last.Number + 1 // not over a newer holder
-		}
-		_, err := s.cfg.Ledger.Transition(ctx, req)
-		if errors.Is(err, ledger.ErrConflict) && last != nil {
-			if t, gerr := s.cfg.Ledger.Get(ctx, d.ID); gerr == nil && t.Attempt > last.Number {
-				// A newer attempt holds the task: leave it to that one.
-				s.cfg.Logger.Warn("switchyard: not dead-lettering a task a newer attempt holds", "task", d.ID, "attempt", last.Number, "newer", t.Attempt)
-				return
-			}
-		}
-		if err != nil && !errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, ledger.ErrConflict) {
-			s.cfg.Logger.Warn("switchyard: ledger transition to dead failed", "task", d.ID, "error", err)
+	err := s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: reason, Error: msg, Attempts: hist})
+	s.settleErr(d, "dead-letter", err)
+	if err == nil && s.cfg.Ledger != nil {
+		// A later delivery of this task is then a replay, not a crash's
+		// leftover (see deadAgain).
+		if err := s.cfg.Ledger.AppendEvent(ctx, ledger.Event{TaskID: d.ID, Reason: reasonDeadLettered, Detail: string(reason), Actor: s.cfg.WorkerID}); err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			s.cfg.Logger.Warn("switchyard: recording the dead letter in the ledger failed", "task", d.ID, "error", err)
 		}
 	}
-	s.settleErr(d, "dead-letter", s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: reason, Error: msg, Attempts: hist}))
 	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: reason, Err: errors.New(msg)})
 }
 

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/lanes"
+	"github.com/switchyard-dev/switchyard/ledger"
 )
 
 // Scheduler is the worker runtime: it pulls tasks from every lane's queue,
@@ -96,6 +98,12 @@ type task struct {
 	// receive's deadline, pushed out by every successful extension. Only
 	// the heartbeat goroutine touches it after the task is buffered.
 	leaseUntil time.Time
+	// run is the ledger attempt this worker runs (0 before BeginRun, or
+	// without a ledger): while it is set the heartbeat renews the run's
+	// ledger lease. ledgerUntil is that lease's end as far as this worker
+	// knows (heartbeat goroutine only).
+	run         atomic.Int64
+	ledgerUntil time.Time
 }
 
 // errLeaseLost is the cause given to a handler's context when its lease
@@ -402,6 +410,7 @@ func (s *Scheduler) extendAll() {
 	for t := range s.running {
 		held = append(held, t)
 	}
+	nrunning := len(held)
 	for _, l := range s.lanes {
 		held = append(held, l.buf...)
 	}
@@ -411,6 +420,14 @@ func (s *Scheduler) extendAll() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
 	defer cancel()
+	s.extendBroker(ctx, held)
+	if s.cfg.Ledger != nil {
+		s.renewLedger(ctx, held[:nrunning])
+	}
+}
+
+// extendBroker extends the broker leases of held, in one call when it can.
+func (s *Scheduler) extendBroker(ctx context.Context, held []*task) {
 	ds := make([]*broker.Delivery, len(held))
 	for i, t := range held {
 		ds[i] = t.d
@@ -440,6 +457,62 @@ func (s *Scheduler) extendAll() {
 			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: s.b.LaneOf(t.d.Lane), Attempt: t.d.Attempt, Err: err})
 			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", s.b.LaneOf(t.d.Lane), "error", err)
 		}
+	}
+}
+
+// renewLedger renews the ledger leases of the running tasks' runs, in one
+// write. A run's ledger lease is what keeps every other delivery of its
+// task from starting (BeginRun takes a task over only once it passed), so
+// it is renewed for as long as the handler runs in this process — even
+// after the broker lease was lost and the handler was told to stop, until
+// it returns. A run the ledger says is no longer ours is stopped.
+func (s *Scheduler) renewLedger(ctx context.Context, running []*task) {
+	now := time.Now()
+	var (
+		leases []ledger.Lease
+		ts     []*task
+	)
+	for _, t := range running {
+		if n := t.run.Load(); n > 0 {
+			if t.ledgerUntil.IsZero() {
+				t.ledgerUntil = t.started.Add(s.cfg.Lease)
+			}
+			leases = append(leases, ledger.Lease{ID: t.d.ID, Attempt: int(n)})
+			ts = append(ts, t)
+		}
+	}
+	if len(leases) == 0 {
+		return
+	}
+	lost, err := s.cfg.Ledger.RenewLeases(ctx, leases, s.cfg.Lease)
+	if err != nil {
+		for _, t := range ts {
+			if now.After(t.ledgerUntil) {
+				// Our ledger lease has passed: another delivery may take
+				// the task over. Stop rather than run on beside it.
+				s.cfg.Logger.Warn("switchyard: ledger lease ran out while renewals failed", "task", t.d.ID, "error", err)
+				t.run.Store(0)
+				s.leaseLost(t)
+			}
+		}
+		s.cfg.Logger.Warn("switchyard: renewing ledger leases failed", "tasks", len(ts), "error", err)
+		return
+	}
+	gone := make(map[string]bool, len(lost))
+	for _, id := range lost {
+		gone[id] = true
+	}
+	for i, t := range ts {
+		if gone[t.d.ID] {
+			if t.run.Load() == 0 {
+				continue // the handler returned meanwhile and its run ended
+			}
+			s.cfg.Logger.Warn("switchyard: the ledger says another attempt or an operator holds the task; stopping", "task", t.d.ID, "attempt", leases[i].Attempt)
+			t.run.Store(0)
+			s.leaseLost(t)
+			continue
+		}
+		t.ledgerUntil = now.Add(s.cfg.Lease)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
@@ -17,7 +18,46 @@ type runState struct {
 	task    string
 	attempt int
 	sandbox bool // Job.Sandbox: effects are recorded, not performed
+
+	mu       sync.Mutex
+	inflight map[string]chan struct{} // effect keys this run is performing now
 }
+
+// claimKey marks an effect key as being performed by this run, waiting
+// while another call of the same run performs it. The returned function
+// ends the claim.
+func (rs *runState) claimKey(ctx context.Context, key string) (func(), error) {
+	for {
+		rs.mu.Lock()
+		ch, busy := rs.inflight[key]
+		if !busy {
+			if rs.inflight == nil {
+				rs.inflight = map[string]chan struct{}{}
+			}
+			ch = make(chan struct{})
+			rs.inflight[key] = ch
+			rs.mu.Unlock()
+			return func() {
+				rs.mu.Lock()
+				delete(rs.inflight, key)
+				rs.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		rs.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ErrSuperseded is returned by Effect when the run calling it no longer
+// holds its task in the ledger (a newer attempt took it over after this
+// run's lease ran out, or an operator moved it): the run must stop, and
+// touches nothing.
+var ErrSuperseded = errors.New("scheduler: this attempt no longer holds the task")
 
 func stateOf(ctx context.Context) *runState {
 	rs, _ := ctx.Value(runKey{}).(*runState)
@@ -115,6 +155,13 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 	if L == nil {
 		return do(ctx)
 	}
+	// Two calls of one run with the same key: the second waits for the
+	// first, then finds its record (a live effect is never "unknown").
+	done, err := rs.claimKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	e, begun, err := L.BeginEffect(ctx, rs.task, key, rs.attempt)
 	if err != nil {
 		return nil, fmt.Errorf("effect %s: %w", key, err)
@@ -129,6 +176,22 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 				return nil, fmt.Errorf("effect %s: %w", key, err)
 			}
 		case ledger.EffectPending, ledger.EffectUnknown:
+			if e.State == ledger.EffectPending && e.Attempt != rs.attempt {
+				// Left pending by another attempt. It is unknown only if
+				// that attempt is gone: this run must hold the task (the
+				// ledger hands a task to a new attempt only once the old
+				// holder's lease has passed). A newer attempt, or a task
+				// no longer running as ours, means this run is the stale
+				// one: stop, and never reconcile over a live holder.
+				t, err := L.Get(ctx, rs.task)
+				if err != nil {
+					return nil, fmt.Errorf("effect %s: %w", key, err)
+				}
+				if e.Attempt > rs.attempt || t.State != ledger.Running || t.Attempt != rs.attempt {
+					return nil, fmt.Errorf("effect %s (begun by attempt %d; the task is %s at attempt %d, this is attempt %d): %w",
+						key, e.Attempt, t.State, t.Attempt, rs.attempt, ErrSuperseded)
+				}
+			}
 			if e.State == ledger.EffectPending {
 				_ = L.SetEffect(ctx, rs.task, key, ledger.EffectUnknown, nil)
 			}

@@ -19,15 +19,16 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 3 {
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
 		s.Close()
-		t.Fatalf("schema version %d %v, want 3", v, err)
+		t.Fatalf("schema version %d %v, want 4", v, err)
 	}
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, q := range []string{
 		`DROP TABLE ledger_lane_events`,
-		`DELETE FROM ledger_schema_version WHERE version = 3`,
+		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
+		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', $1), ('interactive', '', $2)`,
 	} {
 		args := []any{}
@@ -46,8 +47,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("schema version after reopening %d %v, want 3", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
+		t.Fatalf("schema version after reopening %d %v, want 4", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

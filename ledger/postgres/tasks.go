@@ -13,17 +13,22 @@ import (
 )
 
 const taskCols = `id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
-	run_at, deadline, metadata, result, last_error, created_at, updated_at`
+	run_at, deadline, metadata, result, last_error, created_at, updated_at, lease_until`
+
+// tTaskCols is taskCols qualified with the table alias t.
+const tTaskCols = `t.id, t.tenant, t.idem_key, t.kind, t.lane, t.ordering_key, t.args, t.state, t.attempt, t.max_attempts,
+	t.run_at, t.deadline, t.metadata, t.result, t.last_error, t.created_at, t.updated_at, t.lease_until`
 
 func scanTask(r pgx.Row) (*ledger.Task, error) {
 	var (
 		t               ledger.Task
 		state           string
 		runAt, deadline *time.Time
+		leaseUntil      *time.Time
 		meta            []byte
 	)
 	if err := r.Scan(&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &t.Args, &state,
-		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &t.Result, &t.LastError, &t.CreatedAt, &t.UpdatedAt); err != nil {
+		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &t.Result, &t.LastError, &t.CreatedAt, &t.UpdatedAt, &leaseUntil); err != nil {
 		return nil, err
 	}
 	t.State = ledger.State(state)
@@ -32,6 +37,9 @@ func scanTask(r pgx.Row) (*ledger.Task, error) {
 	}
 	if deadline != nil {
 		t.Deadline = *deadline
+	}
+	if leaseUntil != nil {
+		t.LeaseUntil = *leaseUntil
 	}
 	if len(meta) > 0 {
 		if err := json.Unmarshal(meta, &t.Metadata); err != nil {
@@ -72,7 +80,7 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	for range 3 {
 		got, err := scanTask(s.pool.QueryRow(ctx, `WITH ins AS (
 				INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, 1)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
 				ON CONFLICT DO NOTHING
 				RETURNING `+taskCols+`),
 			ev AS (INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason)
@@ -148,9 +156,10 @@ const transitionSQL = `WITH cur AS (
 			attempt = CASE WHEN $4::integer > 0 THEN $4::integer ELSE t.attempt END,
 			result = CASE WHEN $5::boolean THEN $6::bytea ELSE t.result END,
 			last_error = COALESCE($7::text, t.last_error),
-			run_at = COALESCE($8::timestamptz, t.run_at)
+			run_at = COALESCE($8::timestamptz, t.run_at),
+			lease_until = CASE WHEN $2 = 'running' THEN t.lease_until ELSE NULL END
 		FROM cur WHERE t.id = cur.id
-		RETURNING cur.old_state, t.event_seq, ` + "t.id, t.tenant, t.idem_key, t.kind, t.lane, t.ordering_key, t.args, t.state, t.attempt, t.max_attempts, t.run_at, t.deadline, t.metadata, t.result, t.last_error, t.created_at, t.updated_at" + `),
+		RETURNING cur.old_state, t.event_seq, ` + tTaskCols + `),
 	ev AS (
 		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
 		SELECT id, event_seq, $3, old_state, $2, $10, $11, $12 FROM u)

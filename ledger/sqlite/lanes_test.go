@@ -16,8 +16,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("schema version %d %v, want 3", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
+		t.Fatalf("schema version %d %v, want 4", v, err)
 	}
 	s.Close()
 	// Take it back to version 2 with two lanes paused.
@@ -28,7 +28,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	}
 	for _, q := range []string{
 		`DROP TABLE ledger_lane_events`,
-		`DELETE FROM ledger_schema_version WHERE version = 3`,
+		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
+		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', ?), ('interactive', '', ?)`,
 	} {
 		args := []any{}
@@ -43,8 +44,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	db.Close()
 
 	s = openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 3 {
-		t.Fatalf("schema version after reopening %d %v, want 3", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
+		t.Fatalf("schema version after reopening %d %v, want 4", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

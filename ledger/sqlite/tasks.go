@@ -13,7 +13,7 @@ import (
 )
 
 const taskCols = `id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
-	run_at, deadline, metadata, result, last_error, created_at, updated_at`
+	run_at, deadline, metadata, result, last_error, created_at, updated_at, lease_until`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -22,17 +22,18 @@ func scanTask(r scanner) (*ledger.Task, error) {
 		t                ledger.Task
 		state            string
 		runAt, deadline  sql.NullInt64
+		leaseUntil       sql.NullInt64
 		meta             sql.NullString
 		created, updated int64
 		args, result     []byte
 	)
 	if err := r.Scan(&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &args, &state,
-		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &result, &t.LastError, &created, &updated); err != nil {
+		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &result, &t.LastError, &created, &updated, &leaseUntil); err != nil {
 		return nil, err
 	}
 	t.State = ledger.State(state)
 	t.Args, t.Result = args, result
-	t.RunAt, t.Deadline = fromNanos(runAt), fromNanos(deadline)
+	t.RunAt, t.Deadline, t.LeaseUntil = fromNanos(runAt), fromNanos(deadline), fromNanos(leaseUntil)
 	t.CreatedAt, t.UpdatedAt = time.Unix(0, created), time.Unix(0, updated)
 	if meta.Valid && meta.String != "" {
 		if err := json.Unmarshal([]byte(meta.String), &t.Metadata); err != nil {
@@ -92,7 +93,7 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 			}
 		}
 		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1) ON CONFLICT DO NOTHING`,
 			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
 			nanos(t.RunAt), nanos(t.Deadline), meta, t.Result, t.LastError, now.UnixNano(), now.UnixNano())
 		if err != nil {
@@ -163,48 +164,60 @@ func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*
 	}
 	var out *ledger.Task
 	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		var cur string
-		var attempt int
-		err := s.txQueryRow(ctx, tx, `SELECT state, attempt FROM ledger_tasks WHERE id = ?`, req.ID).Scan(&cur, &attempt)
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.NotFound(op, "task %s", req.ID)
-		}
-		if err != nil {
-			return err
-		}
-		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
-			return store.Conflict(op, req.ID, ledger.State(cur), req.To)
-		}
-		now := s.opts.Now().UnixNano()
-		var lastErr any
-		if req.LastError != nil {
-			lastErr = *req.LastError
-		}
-		var result any
-		if req.Result != nil {
-			result = req.Result
-		}
-		var runAt any
-		if !req.RunAt.IsZero() {
-			runAt = req.RunAt.UnixNano()
-		}
-		out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET
-				state = ?, updated_at = ?, event_seq = event_seq + 1,
-				attempt = CASE WHEN ? > 0 THEN ? ELSE attempt END,
-				result = CASE WHEN ? THEN ? ELSE result END,
-				last_error = COALESCE(?, last_error),
-				run_at = COALESCE(?, run_at)
-			WHERE id = ? AND state = ?
-			RETURNING `+taskCols,
-			string(req.To), now, req.Attempt, req.Attempt, req.Result != nil, result, lastErr, runAt, req.ID, cur))
-		if err != nil {
-			return err
-		}
-		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-			SELECT id, event_seq, ?, ?, ?, ?, ?, ? FROM ledger_tasks WHERE id = ?`,
-			now, cur, string(req.To), req.Reason, req.Detail, req.Actor, req.ID)
+		var err error
+		out, err = s.transitionTx(ctx, tx, op, &req, from)
 		return err
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// transitionTx applies req inside tx: the guarded move, its updates and
+// its event. A task that leaves running loses its lease.
+func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
+	var cur string
+	var attempt int
+	err := s.txQueryRow(ctx, tx, `SELECT state, attempt FROM ledger_tasks WHERE id = ?`, req.ID).Scan(&cur, &attempt)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, store.NotFound(op, "task %s", req.ID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
+		return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
+	}
+	now := s.opts.Now().UnixNano()
+	var lastErr any
+	if req.LastError != nil {
+		lastErr = *req.LastError
+	}
+	var result any
+	if req.Result != nil {
+		result = req.Result
+	}
+	var runAt any
+	if !req.RunAt.IsZero() {
+		runAt = req.RunAt.UnixNano()
+	}
+	out, err := scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET
+			state = ?, updated_at = ?, event_seq = event_seq + 1,
+			attempt = CASE WHEN ? > 0 THEN ? ELSE attempt END,
+			result = CASE WHEN ? THEN ? ELSE result END,
+			last_error = COALESCE(?, last_error),
+			run_at = COALESCE(?, run_at),
+			lease_until = CASE WHEN ? = 'running' THEN lease_until ELSE NULL END
+		WHERE id = ? AND state = ?
+		RETURNING `+taskCols,
+		string(req.To), now, req.Attempt, req.Attempt, req.Result != nil, result, lastErr, runAt, string(req.To), req.ID, cur))
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, event_seq, ?, ?, ?, ?, ?, ? FROM ledger_tasks WHERE id = ?`,
+		now, cur, string(req.To), req.Reason, req.Detail, req.Actor, req.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,204 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+// beginRunSQL is BeginRun in one statement: lock the row, decide the run
+// (store.NextRun's rules, with the lease compared by the database's
+// clock, so that workers on machines whose clocks differ agree), move it
+// to running with its new lease, append the event and record the attempt.
+//
+// $1 id, $2 the delivery's attempt, $3 the lease in microseconds, $4 now
+// (the store's clock, for updated_at and the event), $5 worker, $6 start.
+const beginRunSQL = `WITH cur AS (
+		SELECT id, state AS old_state, attempt AS old_attempt, lease_until AS old_lease
+		FROM ledger_tasks WHERE id = $1 FOR UPDATE),
+	nx AS (
+		SELECT id, old_state,
+			CASE WHEN old_state = 'queued' THEN GREATEST($2::integer, old_attempt, 1)
+				WHEN old_state = 'running' AND old_lease IS NULL THEN $2::integer
+				ELSE GREATEST($2::integer, old_attempt + 1) END AS n,
+			CASE WHEN old_state = 'running' THEN 'lease_expired' ELSE 'attempt_started' END AS reason,
+			CASE WHEN old_state <> 'running' THEN ''
+				WHEN old_lease IS NULL THEN format('attempt %s was running without a lease; a newer delivery takes it over', old_attempt)
+				ELSE format('attempt %s''s lease ended at %s without a renewal: its holder is gone', old_attempt, old_lease) END AS detail
+		FROM cur
+		WHERE old_state IN ('queued', 'retry_wait')
+			OR (old_state = 'running' AND (old_lease <= clock_timestamp() OR (old_lease IS NULL AND $2::integer > old_attempt)))),
+	u AS (
+		UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
+			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
+			updated_at = $4, event_seq = t.event_seq + 1
+		FROM nx WHERE t.id = nx.id
+		RETURNING nx.old_state, nx.reason, nx.detail, t.event_seq, ` + tTaskCols + `),
+	ev AS (
+		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, event_seq, $4, old_state, 'running', reason, detail, $5 FROM u),
+	att AS (
+		INSERT INTO ledger_attempts (task_id, number, worker, start_at)
+		SELECT id, attempt, $5, $6 FROM u
+		ON CONFLICT (task_id, number) DO UPDATE SET worker = EXCLUDED.worker, start_at = EXCLUDED.start_at)
+	SELECT ` + taskCols + ` FROM u`
+
+// BeginRun implements ledger.Ledger in one statement (one round trip,
+// one commit).
+func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task, error) {
+	const op = "postgres: begin run"
+	if err := store.RunStart(op, &req); err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	now := s.opts.Now()
+	start := req.Start
+	if start.IsZero() {
+		start = now
+	}
+	for range 3 {
+		t, err := scanTask(s.pool.QueryRow(ctx, beginRunSQL, req.ID, req.Attempt, req.Lease.Microseconds(), now, req.Worker, start))
+		if err == nil {
+			return t, nil
+		}
+		if !isNoRows(err) {
+			return nil, classify(op, err, true)
+		}
+		cur, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = $1`, req.ID))
+		if isNoRows(err) {
+			return nil, store.NotFound(op, "task %s", req.ID)
+		}
+		if err != nil {
+			return nil, classify(op, err, false)
+		}
+		if cur.State != ledger.Queued && cur.State != ledger.RetryWait {
+			return cur, store.RunConflict(op, cur)
+		}
+		// It became runnable between the two statements: try again.
+	}
+	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the run", req.ID), true)
+}
+
+// attemptUpsert is FinishAttempt's statement, as a CTE body with its
+// parameters from $14.
+const attemptUpsert = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+		VALUES ($14, $15, $16, $17, $18, $19, $20, $21, $22)
+		ON CONFLICT (task_id, number) DO UPDATE SET
+			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
+			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
+			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
+			error = EXCLUDED.error, stack = EXCLUDED.stack`
+
+// endRunSQL records the attempt and applies the transition
+// (transitionSQL) in one statement: every data-modifying CTE runs, so the
+// attempt is recorded even when the move is refused.
+var endRunSQL = `WITH a AS (` + attemptUpsert + `), ` + strings.TrimPrefix(transitionSQL, "WITH ")
+
+// endRunLeaseSQL records the attempt and gives its lease up.
+var endRunLeaseSQL = `WITH a AS (` + strings.NewReplacer("$14", "$1", "$15", "$2", "$16", "$3", "$17", "$4", "$18", "$5",
+	"$19", "$6", "$20", "$7", "$21", "$8", "$22", "$9").Replace(attemptUpsert) + `)
+	UPDATE ledger_tasks SET lease_until = NULL WHERE id = $1 AND state = 'running' AND attempt = $2`
+
+// EndRun implements ledger.Ledger in one statement.
+func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
+	const op = "postgres: end run"
+	from, err := store.RunEnd(op, &req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	a := req.Attempt
+	if req.Transition == nil {
+		_, err := s.pool.Exec(ctx, endRunLeaseSQL, a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		if isFK(err) {
+			return nil, store.NotFound(op, "task %s", a.TaskID)
+		}
+		return nil, classify(op, err, true)
+	}
+	tr := req.Transition
+	fromS := make([]string, len(from))
+	for i, st := range from {
+		fromS[i] = string(st)
+	}
+	var runAt *time.Time
+	if !tr.RunAt.IsZero() {
+		runAt = &tr.RunAt
+	}
+	result := tr.Result
+	if result == nil {
+		result = []byte{}
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, endRunSQL, tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
+		tr.Result != nil, result, tr.LastError, runAt, fromS, tr.Reason, tr.Detail, tr.Actor, tr.IfAttemptBelow,
+		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack))
+	if err == nil {
+		return t, nil
+	}
+	if isFK(err) {
+		return nil, store.NotFound(op, "task %s", a.TaskID)
+	}
+	if !isNoRows(err) {
+		return nil, classify(op, err, true)
+	}
+	// The attempt is recorded; the move was refused.
+	cur, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = $1`, tr.ID))
+	if isNoRows(err) {
+		return nil, store.NotFound(op, "task %s", tr.ID)
+	}
+	if err != nil {
+		return nil, classify(op, err, false)
+	}
+	return cur, store.Conflict(op, tr.ID, cur.State, tr.To)
+}
+
+// RenewLeases implements ledger.Ledger in one statement, by the
+// database's clock.
+func (s *Store) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.Duration) ([]string, error) {
+	const op = "postgres: renew leases"
+	if err := store.Leases(op, leases, d); err != nil {
+		return nil, err
+	}
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(leases))
+	atts := make([]int32, len(leases))
+	for i, l := range leases {
+		ids[i], atts[i] = l.ID, int32(l.Attempt)
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE ledger_tasks t SET lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
+		FROM unnest($1::text[], $2::integer[]) AS l(id, attempt)
+		WHERE t.id = l.id AND t.attempt = l.attempt AND t.state = 'running'
+		RETURNING t.id`, ids, atts, d.Microseconds())
+	if err != nil {
+		return nil, classify(op, err, true)
+	}
+	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, classify(op, err, true)
+	}
+	kept := make(map[string]bool, len(held))
+	for _, id := range held {
+		kept[id] = true
+	}
+	var lost []string
+	for _, l := range leases {
+		if !kept[l.ID] {
+			lost = append(lost, l.ID)
+		}
+	}
+	return lost, nil
+}

@@ -1,0 +1,146 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/store"
+)
+
+// BeginRun implements ledger.Ledger: the move to running, the lease, the
+// attempt record and the event in one write (group-committed with the
+// writes of other tasks).
+func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task, error) {
+	const op = "sqlite: begin run"
+	if err := store.RunStart(op, &req); err != nil {
+		return nil, err
+	}
+	var (
+		out      *ledger.Task
+		conflict error
+	)
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		out, conflict = nil, nil
+		cur, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, req.ID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.NotFound(op, "task %s", req.ID)
+		}
+		if err != nil {
+			return err
+		}
+		now := s.opts.Now()
+		n, reason, detail, ok := store.NextRun(cur, req.Attempt, now)
+		if !ok {
+			out, conflict = cur, store.RunConflict(op, cur)
+			return nil
+		}
+		start := req.Start
+		if start.IsZero() {
+			start = now
+		}
+		out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET state = 'running', attempt = ?, lease_until = ?,
+				updated_at = ?, event_seq = event_seq + 1
+			WHERE id = ? AND state = ? RETURNING `+taskCols,
+			n, now.Add(req.Lease).UnixNano(), now.UnixNano(), req.ID, string(cur.State)))
+		if err != nil {
+			return err
+		}
+		if _, err := s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, event_seq, ?, ?, 'running', ?, ?, ? FROM ledger_tasks WHERE id = ?`,
+			now.UnixNano(), string(cur.State), reason, detail, req.Worker, req.ID); err != nil {
+			return err
+		}
+		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
+			req.ID, n, req.Worker, start.UnixNano())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, conflict
+}
+
+// EndRun implements ledger.Ledger: the attempt's outcome and the
+// transition in one write.
+func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
+	const op = "sqlite: end run"
+	from, err := store.RunEnd(op, &req)
+	if err != nil {
+		return nil, err
+	}
+	a := req.Attempt
+	var (
+		out      *ledger.Task
+		conflict error
+	)
+	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		out, conflict = nil, nil
+		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (task_id, number) DO UPDATE SET
+				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
+				start_at = COALESCE(excluded.start_at, start_at),
+				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
+				error = excluded.error, stack = excluded.stack`,
+			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		if isFK(err) {
+			return store.NotFound(op, "task %s", a.TaskID)
+		}
+		if err != nil {
+			return err
+		}
+		if req.Transition == nil {
+			_, err := s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = NULL WHERE id = ? AND state = 'running' AND attempt = ?`,
+				a.TaskID, a.Number)
+			return err
+		}
+		out, err = s.transitionTx(ctx, tx, op, req.Transition, from)
+		if errors.Is(err, ledger.ErrConflict) {
+			// The attempt stays recorded; the move is refused.
+			conflict = err
+			out, err = scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, a.TaskID))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, conflict
+}
+
+// RenewLeases implements ledger.Ledger.
+func (s *Store) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.Duration) ([]string, error) {
+	const op = "sqlite: renew leases"
+	if err := store.Leases(op, leases, d); err != nil {
+		return nil, err
+	}
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	var lost []string
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		lost = lost[:0]
+		until := s.opts.Now().Add(d).UnixNano()
+		for _, l := range leases {
+			res, err := s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = ? WHERE id = ? AND attempt = ? AND state = 'running'`,
+				until, l.ID, l.Attempt)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				lost = append(lost, l.ID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
+}
