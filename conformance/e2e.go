@@ -38,6 +38,8 @@ var E2ECases = []Case{
 	{"DuplicateDelivery", TestE2EDuplicateDelivery},
 	{"StepAfterCrash", TestE2EStepAfterCrash},
 	{"EffectAfterCrash", TestE2EEffectAfterCrash},
+	{"CopyDuringEffect", TestE2ECopyDuringEffect},
+	{"CopyDuringEffectCrash", TestE2ECopyDuringEffectCrash},
 	{"AttemptsExhausted", TestE2EAttemptsExhausted},
 	{"PermanentError", TestE2EPermanentError},
 	{"BadInput", TestE2EBadInput},
@@ -346,6 +348,15 @@ func readLines(t testing.TB, path string) []string {
 // kills it with SIGKILL.
 func killChildAt(t *testing.T, h *Harness, e *env, mode, want, file string) {
 	t.Helper()
+	kill := startChildAt(t, h, e, mode, want, file)
+	kill()
+}
+
+// startChildAt starts the child in mode and waits for it to print want.
+// It returns the function that kills the child with SIGKILL (also run at
+// cleanup, in case the test stops first).
+func startChildAt(t *testing.T, h *Harness, e *env, mode, want, file string) (kill func()) {
+	t.Helper()
 	if h.InProcess {
 		t.Skip("this broker lives inside the test process (Harness.InProcess), so it cannot outlive a killed worker; the durable form runs this case")
 	}
@@ -385,10 +396,17 @@ func killChildAt(t *testing.T, h *Harness, e *env, mode, want, file string) {
 		_ = cmd.Wait()
 		t.Fatalf("child did not reach %s within 60s", want)
 	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Error(err)
+			}
+			_ = cmd.Wait()
+		})
 	}
-	_ = cmd.Wait()
+	t.Cleanup(kill)
+	return kill
 }
 
 // TestE2EStepAfterCrash: a worker SIGKILLed after a step completed but

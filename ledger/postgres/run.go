@@ -102,10 +102,12 @@ const attemptUpsert = `INSERT INTO ledger_attempts (task_id, number, worker, sta
 // attempt is recorded even when the move is refused.
 var endRunSQL = `WITH a AS (` + attemptUpsert + `), ` + strings.TrimPrefix(transitionSQL, "WITH ")
 
-// endRunLeaseSQL records the attempt and gives its lease up.
+// endRunLeaseSQL records the attempt and gives its lease up: it ends now
+// (not NULL, which marks a run from before leases), so the next delivery
+// takes the task over at once.
 var endRunLeaseSQL = `WITH a AS (` + strings.NewReplacer("$14", "$1", "$15", "$2", "$16", "$3", "$17", "$4", "$18", "$5",
 	"$19", "$6", "$20", "$7", "$21", "$8", "$22", "$9").Replace(attemptUpsert) + `)
-	UPDATE ledger_tasks SET lease_until = NULL WHERE id = $1 AND state = 'running' AND attempt = $2`
+	UPDATE ledger_tasks SET lease_until = clock_timestamp() WHERE id = $1 AND state = 'running' AND attempt = $2`
 
 // EndRun implements ledger.Ledger in one statement.
 func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
@@ -182,21 +184,21 @@ func (s *Store) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.D
 	rows, err := s.pool.Query(ctx, `UPDATE ledger_tasks t SET lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond'
 		FROM unnest($1::text[], $2::integer[]) AS l(id, attempt)
 		WHERE t.id = l.id AND t.attempt = l.attempt AND t.state = 'running'
-		RETURNING t.id`, ids, atts, d.Microseconds())
+		RETURNING t.id, t.attempt`, ids, atts, d.Microseconds())
 	if err != nil {
 		return nil, classify(op, err, true)
 	}
-	held, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	held, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ledger.Lease])
 	if err != nil {
 		return nil, classify(op, err, true)
 	}
-	kept := make(map[string]bool, len(held))
-	for _, id := range held {
-		kept[id] = true
+	kept := make(map[ledger.Lease]bool, len(held))
+	for _, l := range held {
+		kept[l] = true
 	}
 	var lost []string
 	for _, l := range leases {
-		if !kept[l.ID] {
+		if !kept[l] {
 			lost = append(lost, l.ID)
 		}
 	}

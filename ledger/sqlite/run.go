@@ -94,8 +94,10 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 			return err
 		}
 		if req.Transition == nil {
-			_, err := s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = NULL WHERE id = ? AND state = 'running' AND attempt = ?`,
-				a.TaskID, a.Number)
+			// The lease ends now (not NULL, which marks a run from before
+			// leases): the next delivery takes the task over at once.
+			_, err := s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = ? WHERE id = ? AND state = 'running' AND attempt = ?`,
+				s.opts.Now().UnixNano(), a.TaskID, a.Number)
 			return err
 		}
 		out, err = s.transitionTx(ctx, tx, op, req.Transition, from)
