@@ -49,51 +49,61 @@ func (o *overlaps) get() (calls, overlaps int, first time.Time) {
 	return o.calls, o.overlaps, o.first
 }
 
-// TestE2ECopyDuringEffect: copies of a task's message are published while
-// its handler sits inside a slow effect that outlives the lease (kept by
-// heartbeats), the copies carrying higher attempt counts than the ledger's.
-// The effect function runs once, and no two handler calls of the task ever
-// overlap: a copy waits for the live holder, then finds the task done
-// (point 7).
+// TestE2ECopyDuringEffect: copies of a task's message arrive while its
+// handler sits inside a slow effect that outlives the lease (kept by
+// heartbeats), the copies carrying higher delivery counts than the
+// ledger's attempt (each was delivered and nacked before: a standard
+// queue's duplicate, a re-run migration, a second publisher). The effect's
+// reconcile function looks for a record the effect writes only as it ends,
+// so it cannot see a live effect. The effect runs once, and no two handler
+// calls of the task ever overlap: a copy waits for the live holder, then
+// finds the task done (point 7).
 func TestE2ECopyDuringEffect(t *testing.T, h *Harness) {
 	e := newEnv(t, h, "", &scheduler.Config{Lease: time.Second})
 	var (
 		ov      overlaps
 		effects atomic.Int32
-		inside  = make(chan struct{}, 1)
+		written atomic.Bool // the outside world's record of the effect
 	)
 	_ = switchyard.Register(e.srv, func(ctx context.Context, tk *switchyard.Task[e2eArgs]) error {
 		defer ov.enter()()
 		_, err := switchyard.Effect(ctx, "charge", func(ctx context.Context) (bool, error) {
 			effects.Add(1)
-			select {
-			case inside <- struct{}{}:
-			default:
-			}
 			time.Sleep(3 * time.Second) // three leases: only heartbeats keep it
+			written.Store(true)
 			return true, nil
-		}, nil)
+		}, &switchyard.EffectOpts{Reconcile: func(ctx context.Context) (bool, []byte, error) {
+			return written.Load(), []byte("true"), nil
+		}})
 		return err
 	}, nil)
 	id := e.enqueue(e2eArgs{Scenario: "copy-during-effect"}, nil)
-	e.start()
-	select {
-	case <-inside:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the handler did not reach its effect within 60s")
-	}
+	// Three copies on another lane, delivered and nacked three times each
+	// before the server starts: they come back with delivery count 4 while
+	// the original (count 1) is inside its effect.
 	body, _ := json.Marshal(e2eArgs{Scenario: "copy-during-effect"})
 	for i := 0; i < 3; i++ {
-		// Copies of the running task (a standard queue's duplicate, a
-		// re-run migration, a second publisher), while the effect runs.
-		publish(t, e.b, &broker.Message{ID: id, Lane: "interactive", Kind: "conformance.e2e", Body: body, MaxAttempts: 50})
-		time.Sleep(200 * time.Millisecond)
+		publish(t, e.b, &broker.Message{ID: id, Lane: "batch", Kind: "conformance.e2e", Body: body, MaxAttempts: 50})
 	}
+	for round := 1; round <= 3; round++ {
+		ds := receiveUntil(t, e.b, broker.ReceiveRequest{Lane: "batch", Max: 3, Lease: 30 * time.Second, Wait: time.Second}, 3, 30*time.Second)
+		delay := time.Duration(0)
+		if round == 3 {
+			delay = 1500 * time.Millisecond
+		}
+		for _, d := range ds {
+			if err := e.b.Nack(ctxFor(t, 10*time.Second), d, delay); err != nil {
+				t.Fatalf("nack a copy: %v", err)
+			}
+		}
+	}
+	e.start()
 	task := e.waitState(id, 60*time.Second, ledger.Completed, ledger.Dead)
 	if task.State != ledger.Completed {
 		t.Fatalf("task ended %s: %s", task.State, task.LastError)
 	}
 	e.waitDrained("interactive", 60*time.Second)
+	e.waitDrained("batch", 60*time.Second)
 	calls, overlapping, _ := ov.get()
 	if n := effects.Load(); n != 1 {
 		t.Errorf("the effect ran %d times for one task and three copies, want 1", n)
