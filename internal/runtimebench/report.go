@@ -139,7 +139,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			continue
 		}
 		ratio, lat, pg := "", "", ""
-		if r.Mode != Raw && raw > 0 {
+		if r.Mode != Raw && raw > 0 && rep.Rate == 0 { // paced runs are not a throughput comparison
 			ratio = fmt.Sprintf("%.2f", r.PerSecond()/raw)
 		}
 		if r.Mode != Raw {
