@@ -52,8 +52,11 @@ type options struct {
 	// riverWorkers / riverCooldown.
 	riverWorkers  int
 	riverCooldown time.Duration
-	timeout       time.Duration
-	dir           string
+	// sqliteSync is SQLite's synchronous setting for river-sqlite and the
+	// Switchyard SQLite ledger alike.
+	sqliteSync string
+	timeout    time.Duration
+	dir        string
 }
 
 // result is one measured run of one row.
@@ -97,11 +100,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.workers, "workers", 64, "concurrent handlers: asynq Concurrency, Switchyard Slots (river: --river-workers)")
 	fs.IntVar(&o.riverWorkers, "river-workers", 1000, "river's MaxWorkers (its throughput is capped near MaxWorkers per FetchCooldown)")
 	fs.DurationVar(&o.riverCooldown, "river-cooldown", 0, "river's FetchCooldown (0: river's default, 100ms)")
+	fs.StringVar(&o.sqliteSync, "sqlite-sync", "full", "SQLite synchronous setting for river-sqlite and the Switchyard SQLite ledger alike: full (the ledger's default) or normal")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each run")
 	runs := fs.Int("runs", 3, "runs of every row (medians are printed)")
 	only := fs.String("only", "", "run only rows whose name contains this")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.sqliteSync != "full" && o.sqliteSync != "normal" {
+		return errors.New("--sqlite-sync: full or normal")
 	}
 	if o.tasks < 1 || o.publishers < 1 || o.workers < 1 || *runs < 1 {
 		return errors.New("need tasks, publishers, workers and runs ≥ 1")
@@ -116,7 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rows := allRows()
 	var selected []row
 	for _, r := range rows {
-		if *only == "" || strings.Contains(r.name, *only) {
+		if *only == "" || strings.Contains(strings.ToLower(r.name), strings.ToLower(*only)) {
 			selected = append(selected, r)
 		}
 	}
@@ -139,8 +146,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.riverCooldown > 0 {
 		cooldown = o.riverCooldown.String()
 	}
-	fmt.Fprintf(stdout, "%d tasks a run, medians of %d runs; %d publishers, %d workers (river: MaxWorkers %d, FetchCooldown %s); PostgreSQL %s, Redis %s\n",
-		o.tasks, *runs, o.publishers, o.workers, o.riverWorkers, cooldown, redactDSN(o.pg), o.redis)
+	fmt.Fprintf(stdout, "%d tasks a run, medians of %d runs; %d publishers, %d workers (river: MaxWorkers %d, FetchCooldown %s); SQLite synchronous=%s; PostgreSQL %s, Redis %s\n",
+		o.tasks, *runs, o.publishers, o.workers, o.riverWorkers, cooldown, o.sqliteSync, redactDSN(o.pg), o.redis)
 	fmt.Fprintf(stdout, "load average: %s at start (%s), %s at end\n\n", load0, started.Format("15:04 MST"), runtimebench.LoadAvg())
 	fmt.Fprintln(stdout, "| row | tasks/s | enqueue → start p50 / p99 ms | client CPU µs/task | PostgreSQL CPU µs/task |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|")
@@ -210,7 +217,9 @@ func allRows() []row {
 	redisURL := func(o options) string { return "redis://" + o.redis + "/0" }
 	embedded := func(options) string { return "" }
 	pgLedger := func(o options) string { return o.pg }
-	sqliteLedger := func(o options) string { return "sqlite://" + filepath.Join(o.dir, "ledger.db") }
+	sqliteLedger := func(o options) string {
+		return "sqlite://" + filepath.Join(o.dir, "ledger.db") + "?synchronous=" + o.sqliteSync
+	}
 	return []row{
 		{rRiverPGMany, true, func(ctx context.Context, o options) (result, error) { return riverPG(ctx, o, true) }},
 		{rRiverPGOne, true, func(ctx context.Context, o options) (result, error) { return riverPG(ctx, o, false) }},
@@ -374,7 +383,7 @@ func riverSQLite(ctx context.Context, o options, many bool) (result, error) {
 			_ = os.Remove(path + s)
 		}
 	}()
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)")
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous("+strings.ToUpper(o.sqliteSync)+")")
 	if err != nil {
 		return result{}, err
 	}
