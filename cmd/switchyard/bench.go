@@ -16,6 +16,9 @@ import (
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "runtime" {
+		return runBenchRuntime(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 20000, "messages")
@@ -32,7 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	if len(pos) != 1 || pos[0] != "embedded" && pos[0] != "broker" && pos[0] != "lanes" {
-		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL | lanes [--broker URL] [--window 30s] [--only S3]")
+		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL | lanes [--broker URL] [--window 30s] [--only S3] | runtime [--broker URL] [--ledger DSN] (see bench runtime -h)")
 		return errUsage
 	}
 	if pos[0] == "lanes" {

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/runtimebench"
+)
+
+// runBenchRuntime is `switchyard bench runtime`: the adapter's loop, the
+// runtime with the ledger off and on, and with one Step and one Effect per
+// task, on one broker in one process (issue 15; see internal/runtimebench).
+func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench runtime", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("broker", "", "broker URL (default: a fresh embedded file in a temporary directory)")
+	dsn := fs.String("ledger", "", "ledger DSN (sqlite:///path or postgres://…); a fresh schema or file per run, removed after; none skips the ledger rows")
+	tasks := fs.Int("tasks", 20000, "tasks per run")
+	publishers := fs.Int("publishers", 8, "goroutines calling Client.Enqueue")
+	runs := fs.Int("runs", 3, "runs of every row (medians are printed)")
+	slots := fs.Int("slots", 64, "the server's handler slots")
+	prefetch := fs.Int("prefetch", 0, "the server's per-lane prefetch (default: 2 × slots)")
+	rate := fs.Int("rate", 0, "pace the publishers to this many tasks/s in total (latency at a load; default: as fast as possible)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each run")
+	asJSON := fs.Bool("json", false, "print JSON (every run and the medians)")
+	verbose := fs.Bool("v", false, "log the runtime's warnings and cleanup failures to stderr")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return errUsage
+	}
+	if len(pos) != 0 || *tasks < 1 || *publishers < 1 || *runs < 1 || *slots < 1 || *prefetch < 0 || *rate < 0 {
+		fmt.Fprintln(stderr, "usage: switchyard bench runtime [--broker URL] [--ledger DSN] [--tasks N] [--publishers 8] [--runs 3] [--slots 64] [--prefetch N] [--rate R] [--json]")
+		return errUsage
+	}
+	cfg := runtimebench.Config{BrokerURL: *url, LedgerDSN: *dsn, Tasks: *tasks, Publishers: *publishers, Slots: *slots, Prefetch: *prefetch,
+		Rate: *rate, Timeout: *timeout}
+	if *verbose {
+		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	rep, err := runtimebench.Suite(ctx, cfg, *runs, stderr)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return rep.WriteJSON(stdout)
+	}
+	return rep.WriteTable(stdout)
+}

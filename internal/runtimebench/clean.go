@@ -1,0 +1,168 @@
+package runtimebench
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/switchyard-dev/switchyard/adapters/sqs"
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// benchLanes are the lanes a run can create queues for: the adapter
+// loop's and the Server's defaults.
+var benchLanes = []string{"rawbench", "interactive", "scheduled", "batch", "human-review"}
+
+// CleanNamespace removes, best effort, what a run created in namespace ns
+// of the broker at rawURL (which carries ns): RabbitMQ queues, NATS
+// streams, asynq keys, SQS queues. Failures are logged, not returned.
+func CleanNamespace(rawURL, ns string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return
+	}
+	var cerr error
+	switch strings.ToLower(u.Scheme) {
+	case "rabbitmq", "amqp", "amqps":
+		cerr = cleanRabbitMQ(u, ns)
+	case "nats":
+		cerr = cleanNATS(ctx, u, ns)
+	case "redis", "rediss", "asynq":
+		cerr = cleanAsynq(ctx, u, ns)
+	case "sqs":
+		cerr = cleanSQS(ctx, u, ns)
+	}
+	if cerr != nil {
+		log.Warn("runtimebench: cleanup failed; the namespace is left behind", "broker", broker.Redact(u), "namespace", ns, "error", cerr)
+	}
+}
+
+func cleanRabbitMQ(u *url.URL, ns string) error {
+	a := *u
+	a.RawQuery = ""
+	switch a.Scheme {
+	case "rabbitmq":
+		a.Scheme = "amqp"
+	}
+	conn, err := amqp.Dial(a.String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for _, lane := range benchLanes {
+		for _, q := range []string{"switchyard." + ns + "." + lane, "switchyard." + ns + "." + lane + ".dlq"} {
+			ch, err := conn.Channel()
+			if err != nil {
+				return err
+			}
+			_, _ = ch.QueueDelete(q, false, false, false)
+			_ = ch.Close()
+		}
+	}
+	return nil
+}
+
+func cleanNATS(ctx context.Context, u *url.URL, ns string) error {
+	a := *u
+	a.RawQuery, a.Path = "", ""
+	nc, err := natsgo.Connect(a.String())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	names := js.StreamNames(ctx)
+	var doomed []string
+	for n := range names.Name() {
+		if strings.Contains(strings.ToLower(n), strings.ToLower(ns)) {
+			doomed = append(doomed, n)
+		}
+	}
+	for _, n := range doomed {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cleanAsynq(ctx context.Context, u *url.URL, ns string) error {
+	opt := &redis.Options{Addr: u.Host}
+	if p, ok := u.User.Password(); ok {
+		opt.Password = p
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, "asynq:{"+ns+":*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	members, err := c.SMembers(ctx, "asynq:queues").Result()
+	if err != nil {
+		return err
+	}
+	for _, m := range members {
+		if strings.HasPrefix(m, ns+":") {
+			c.SRem(ctx, "asynq:queues", m)
+		}
+	}
+	return nil
+}
+
+func cleanSQS(ctx context.Context, u *url.URL, ns string) error {
+	a := *u
+	q := a.Query()
+	q.Set("create", "false")
+	a.RawQuery = q.Encode()
+	d, err := sqs.Open(ctx, &a)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	out, err := d.Client().ListQueues(ctx, &awssqs.ListQueuesInput{QueueNamePrefix: aws.String(ns + "_"), MaxResults: aws.Int32(1000)})
+	if err != nil {
+		return err
+	}
+	for _, qu := range out.QueueUrls {
+		_, _ = d.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(qu)})
+	}
+	return nil
+}
+
+// dropSchema drops the ledger schema ns of dsn's database.
+func dropSchema(dsn, ns string, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgxDSN(dsn))
+	if err == nil {
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{ns}.Sanitize()+" CASCADE")
+	}
+	if err != nil {
+		log.Warn("runtimebench: dropping the ledger schema failed", "schema", ns, "error", err)
+	}
+}
