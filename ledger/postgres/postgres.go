@@ -40,6 +40,12 @@ type Options struct {
 	DedupWindow time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// NoGroupCommit turns group commit off: every write is its own
+	// statement and commit (see group.go). By default the runtime's hot
+	// writes that arrive together share one round trip and one commit,
+	// through as many writer goroutines as the pool has connections.
+	// DSN: group_commit=false.
+	NoGroupCommit bool
 }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -69,6 +75,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	closed atomic.Bool
+	g      *grouper // nil without group commit
 }
 
 var _ ledger.Ledger = (*Store)(nil)
@@ -94,7 +101,7 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	var unknown []string
 	for k, v := range vals {
 		switch {
-		case k == "schema" || k == "dedup_window":
+		case k == "schema" || k == "dedup_window" || k == "group_commit":
 			mine[k] = v
 			delete(vals, k)
 		case !pgxParams[k]:
@@ -106,9 +113,10 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 		Schema:      q.String("schema", ""),
 		DedupWindow: q.Duration("dedup_window", store.DefaultDedupWindow),
 	}
+	o.NoGroupCommit = !q.Bool("group_commit", true)
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
+		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window, group_commit; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
 	}
 	if err := q.Finish(); err != nil {
 		return nil, broker.Invalidf("ledger DSN: %s", strings.TrimPrefix(err.Error(), "broker URL: "))
@@ -146,6 +154,9 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
+	}
+	if !o.NoGroupCommit {
+		s.startGroup(int(max(cfg.MaxConns, 1)))
 	}
 	return s, nil
 }
@@ -222,6 +233,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.stopGroup()
 	s.pool.Close()
 	return nil
 }

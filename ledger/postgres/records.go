@@ -186,10 +186,10 @@ func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte)
 	// A conflicting insert waits for the first writer to commit, so the
 	// stored row is visible to the statement that follows.
 	var stored []byte
-	err := s.pool.QueryRow(ctx, `WITH ins AS (
+	err := s.queryRow(ctx, `WITH ins AS (
 			INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (task_id, name) DO NOTHING RETURNING output)
-		SELECT output FROM ins`, taskID, name, output, s.opts.Now()).Scan(&stored)
+		SELECT output FROM ins`, func(r pgx.Row) error { return r.Scan(&stored) }, taskID, name, output, s.opts.Now())
 	if isFK(err) {
 		return nil, store.NotFound(op, "task %s", taskID)
 	}
@@ -231,9 +231,11 @@ func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int
 		return ledger.Effect{}, false, err
 	}
 	now := s.opts.Now()
-	e, err := scanEffect(taskID, s.pool.QueryRow(ctx, `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
+	var e ledger.Effect
+	err := s.queryRow(ctx, `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (task_id, key) DO NOTHING RETURNING `+effectCols,
-		taskID, key, string(ledger.EffectPending), attempt, now))
+		func(r pgx.Row) (err error) { e, err = scanEffect(taskID, r); return err },
+		taskID, key, string(ledger.EffectPending), attempt, now)
 	if err == nil {
 		return e, true, nil
 	}
@@ -263,7 +265,7 @@ func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.
 	if err := s.check(op); err != nil {
 		return err
 	}
-	tag, err := s.pool.Exec(ctx, `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
+	tag, err := s.exec(ctx, `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
 		WHERE task_id = $1 AND key = $2 AND state <> 'confirmed'`, taskID, key, string(state), result, s.opts.Now())
 	if err != nil {
 		return classify(op, err, true)
@@ -315,10 +317,10 @@ func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string
 	for range 3 {
 		now := s.opts.Now()
 		var got string
-		err := s.pool.QueryRow(ctx, `INSERT INTO ledger_dedup (lane, tenant, key, id, claimed_at) VALUES ($1, $2, $3, $4, $5)
+		err := s.queryRow(ctx, `INSERT INTO ledger_dedup (lane, tenant, key, id, claimed_at) VALUES ($1, $2, $3, $4, $5)
 			ON CONFLICT (lane, tenant, key) DO UPDATE SET id = EXCLUDED.id, claimed_at = EXCLUDED.claimed_at
 			WHERE ledger_dedup.claimed_at < $6
-			RETURNING id`, lane, tenant, key, id, now, now.Add(-s.opts.DedupWindow)).Scan(&got)
+			RETURNING id`, func(r pgx.Row) error { return r.Scan(&got) }, lane, tenant, key, id, now, now.Add(-s.opts.DedupWindow))
 		if err == nil {
 			return "", false, nil
 		}

@@ -65,7 +65,9 @@ func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task
 		start = now
 	}
 	for range 3 {
-		t, err := scanTask(s.pool.QueryRow(ctx, beginRunSQL, req.ID, req.Attempt, req.Lease.Microseconds(), now, req.Worker, start))
+		var t *ledger.Task
+		err := s.queryRow(ctx, beginRunSQL, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
+			req.ID, req.Attempt, req.Lease.Microseconds(), now, req.Worker, start)
 		if err == nil {
 			return t, nil
 		}
@@ -121,7 +123,7 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	}
 	a := req.Attempt
 	if req.Transition == nil {
-		_, err := s.pool.Exec(ctx, endRunLeaseSQL, a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		_, err := s.exec(ctx, endRunLeaseSQL, a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if isFK(err) {
 			return nil, store.NotFound(op, "task %s", a.TaskID)
 		}
@@ -140,9 +142,11 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	if result == nil {
 		result = []byte{}
 	}
-	t, err := scanTask(s.pool.QueryRow(ctx, endRunSQL, tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
+	var t *ledger.Task
+	err = s.queryRow(ctx, endRunSQL, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
+		tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
 		tr.Result != nil, result, tr.LastError, runAt, fromS, tr.Reason, tr.Detail, tr.Actor, tr.IfAttemptBelow,
-		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack))
+		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 	if err == nil {
 		return t, nil
 	}

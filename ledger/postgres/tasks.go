@@ -78,16 +78,17 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	// A conflicting row can vanish between the insert and the lookup (a
 	// prune); try again then.
 	for range 3 {
-		got, err := scanTask(s.pool.QueryRow(ctx, `WITH ins AS (
+		var got *ledger.Task
+		err := s.queryRow(ctx, `WITH ins AS (
 				INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
 				ON CONFLICT DO NOTHING
 				RETURNING `+taskCols+`),
 			ev AS (INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason)
 				SELECT id, 1, created_at, '', state, 'enqueued' FROM ins)
-			SELECT `+taskCols+` FROM ins`,
+			SELECT `+taskCols+` FROM ins`, func(r pgx.Row) (err error) { got, err = scanTask(r); return err },
 			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
-			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt))
+			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt)
 		if err == nil {
 			return got, true, nil
 		}
