@@ -168,7 +168,7 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 		// A new database is created 0600 in a 0700 directory (SQLite gives
 		// its -wal and -shm files the database's mode); wider existing
 		// ones are reported.
-		if err := fileperm.Prepare(abs, "embedded broker", c.Logger); err != nil {
+		if err := fileperm.Prepare(abs, "embedded broker", true, c.Logger); err != nil {
 			return nil, broker.Wrap("open", broker.Permanent, fmt.Errorf("embedded: %w", err))
 		}
 		key = "file:" + abs

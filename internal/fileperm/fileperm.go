@@ -8,8 +8,11 @@
 // database file's own mode (and fixes it with fchmod, umask or not), so a
 // database created here keeps its side files private too. Existing files
 // and directories are never changed: an operator may have opened them on
-// purpose. Prepare logs a warning for each one that group or others can
-// read or write.
+// purpose. Prepare logs a warning for a database or side file that group
+// or others can read or write, and for a directory that group or others
+// can write (they could swap the files or plant a -wal file before SQLite
+// creates it). A directory others can merely list (0755, the usual mode
+// of /var/lib/app) shows file names only and is not reported.
 package fileperm
 
 import (
@@ -30,18 +33,21 @@ const (
 // sideFiles are the files SQLite keeps next to a database in WAL mode.
 var sideFiles = []string{"-wal", "-shm", "-journal"}
 
-// Prepare makes sure path's directory exists (creating missing directories
-// 0700) and that path exists (creating it empty, 0600, when missing), and
-// warns through logger (slog.Default() when nil) about an existing
-// directory, database file or side file whose mode lets group or others in.
-// what names the file in the warning ("ledger", "embedded broker").
-func Prepare(path, what string, logger *slog.Logger) error {
+// Prepare makes sure path exists (creating it empty, 0600, when missing),
+// with mkdir, also its directory (creating missing directories 0700;
+// without mkdir a missing directory is an error), and warns through logger
+// (slog.Default() when nil) about an existing directory, database file or
+// side file whose mode lets group or others in. what names the file in the
+// warning ("ledger", "embedded broker").
+func Prepare(path, what string, mkdir bool, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	dir := filepath.Dir(path)
-	if err := mkdirAll(dir); err != nil {
-		return fmt.Errorf("create directory %s: %w", dir, err)
+	if mkdir {
+		if err := mkdirAll(dir); err != nil {
+			return fmt.Errorf("create directory %s: %w", dir, err)
+		}
 	}
 	warnWide(logger, what, dir)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, FileMode)
@@ -91,13 +97,18 @@ func mkdirAll(dir string) error {
 	return os.Chmod(dir, DirMode)
 }
 
-// Wide reports whether mode lets group or others read, write or (for a
-// directory) enter.
-func Wide(mode fs.FileMode) bool { return mode.Perm()&0o077 != 0 }
+// Wide reports whether fi is open to group or others as Prepare reports
+// it: a file they can read or write, a directory they can write.
+func Wide(fi fs.FileInfo) bool {
+	if fi.IsDir() {
+		return fi.Mode().Perm()&0o022 != 0
+	}
+	return fi.Mode().Perm()&0o066 != 0
+}
 
 func warnWide(logger *slog.Logger, what, path string) {
 	fi, err := os.Stat(path)
-	if err != nil || !Wide(fi.Mode()) {
+	if err != nil || !Wide(fi) {
 		return
 	}
 	want := FileMode
@@ -106,7 +117,7 @@ func warnWide(logger *slog.Logger, what, path string) {
 	}
 	msg := "switchyard: the " + what + " database file is open to group or others; it holds task data: restrict it (chmod)"
 	if fi.IsDir() {
-		msg = "switchyard: the directory of the " + what + " database is open to group or others: restrict it (chmod)"
+		msg = "switchyard: the directory of the " + what + " database is writable by group or others: restrict it (chmod)"
 	}
 	logger.Warn(msg,
 		"path", path, "mode", fmt.Sprintf("%#o", fi.Mode().Perm()), "want", fmt.Sprintf("%#o", want))

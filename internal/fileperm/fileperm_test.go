@@ -29,7 +29,7 @@ func TestPrepare_NewIgnoresUmask(t *testing.T) {
 	root := t.TempDir()
 	p := filepath.Join(root, "a", "b", "x.db")
 	var logs bytes.Buffer
-	if err := fileperm.Prepare(p, "ledger", slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if err := fileperm.Prepare(p, "ledger", true, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{filepath.Join(root, "a"), filepath.Join(root, "a", "b")} {
@@ -49,10 +49,10 @@ func TestPrepare_NewIgnoresUmask(t *testing.T) {
 // and reported, each one.
 func TestPrepare_WarnsAboutWideExisting(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o775); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o755)
+	os.Chmod(dir, 0o775)
 	p := filepath.Join(dir, "x.db")
 	for _, f := range []string{p, p + "-wal"} {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
@@ -61,7 +61,7 @@ func TestPrepare_WarnsAboutWideExisting(t *testing.T) {
 		os.Chmod(f, 0o644)
 	}
 	var logs bytes.Buffer
-	if err := fileperm.Prepare(p, "ledger", slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if err := fileperm.Prepare(p, "ledger", true, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	out := logs.String()
@@ -78,10 +78,28 @@ func TestPrepare_WarnsAboutWideExisting(t *testing.T) {
 	}
 }
 
+// TestPrepare_ListableDirectory: a 0755 directory (names visible, files
+// private) is not reported; without mkdir a missing directory is an error.
+func TestPrepare_ListableDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	os.Mkdir(dir, 0o755)
+	os.Chmod(dir, 0o755)
+	var logs bytes.Buffer
+	if err := fileperm.Prepare(filepath.Join(dir, "x.db"), "ledger", false, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Len() != 0 {
+		t.Errorf("unexpected warnings: %s", logs.String())
+	}
+	if err := fileperm.Prepare(filepath.Join(dir, "missing", "x.db"), "ledger", false, nil); err == nil {
+		t.Error("no error for a missing directory without mkdir")
+	}
+}
+
 func TestPrepare_NotADirectory(t *testing.T) {
 	f := filepath.Join(t.TempDir(), "f")
 	os.WriteFile(f, nil, 0o600)
-	if err := fileperm.Prepare(filepath.Join(f, "x.db"), "ledger", nil); err == nil {
+	if err := fileperm.Prepare(filepath.Join(f, "x.db"), "ledger", true, nil); err == nil {
 		t.Fatal("no error for a path under a file")
 	}
 }

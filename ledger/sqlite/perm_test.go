@@ -13,14 +13,16 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 )
 
-// TestOpen_FileModes: a new ledger's directory is 0700 and its database,
-// -wal and -shm files 0600; an existing database others can read is
-// reported, not changed.
+// TestOpen_FileModes: a new ledger's database, -wal and -shm files are
+// 0600; an existing database others can read is reported, not changed.
 func TestOpen_FileModes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "state")
 	path := filepath.Join(dir, "ledger.db")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	s := openFile(t, path, nil)
 	if _, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "batch", Args: []byte("{}")}); err != nil {
 		t.Fatal(err)

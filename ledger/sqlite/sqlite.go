@@ -192,10 +192,10 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		if err := checkHeader(path); err != nil {
 			return nil, err
 		}
-		// A new database is created 0600 in a 0700 directory (SQLite gives
-		// its -wal and -shm files the database's mode); wider existing
-		// ones are reported.
-		if err := fileperm.Prepare(path, "ledger", o.Logger); err != nil {
+		// A new database is created 0600 (SQLite gives its -wal and -shm
+		// files the database's mode; the directory must exist); wider
+		// existing ones are reported.
+		if err := fileperm.Prepare(path, "ledger", false, o.Logger); err != nil {
 			return nil, &broker.Error{Op: op, Class: broker.Permanent, Err: err}
 		}
 		dsn := "file:" + path + "?" + params
