@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -225,4 +226,21 @@ func (m *Message) Clone() *Message {
 
 func (m *Message) String() string {
 	return fmt.Sprintf("message %s (lane %s, kind %s)", m.ID, m.Lane, m.Kind)
+}
+
+// Codec transforms message bodies on their way to and from the driver:
+// Broker seals every body it publishes and opens every body it receives,
+// so that the broker's storage holds only what Seal made. The codec
+// package's AEAD (AES-GCM envelope encryption) is the one Switchyard
+// provides; ledger.WithCodec applies the same interface to the ledger.
+//
+// aad is data that Seal binds to the result without carrying it (the
+// message's ID, kind and tenant): Open with any other aad fails, so a
+// sealed body cannot be moved to another message. Open's errors match
+// ErrUndecodable when the input can never be opened (a tampered body, an
+// unknown key: permanent), and are transient when opening may succeed
+// later (a key service that is down).
+type Codec interface {
+	Seal(ctx context.Context, plaintext, aad []byte) ([]byte, error)
+	Open(ctx context.Context, sealed, aad []byte) ([]byte, error)
 }
