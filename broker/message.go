@@ -60,6 +60,11 @@ type Delivery struct {
 	// Handle is the driver's opaque reference to this delivery. Only the
 	// driver that produced the delivery interprets it.
 	Handle any
+
+	// sealed is the body as the driver holds it when Broker opened it with
+	// Options.Codec (Body is then the plaintext); Broker gives it back to
+	// the driver for every call that may re-publish the message.
+	sealed []byte
 }
 
 // Reason is a stable, machine-readable code saying why a message was
