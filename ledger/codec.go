@@ -63,7 +63,7 @@ func aad(purpose string, parts ...string) []byte {
 	return b
 }
 
-func argsAAD(t *Task) []byte { return aad("args", t.ID, t.Kind, t.Tenant) }
+func argsAAD(t *Task) []byte     { return aad("args", t.ID, t.Kind, t.Tenant) }
 func resultAAD(id string) []byte { return aad("result", id) }
 
 func (l *codecLedger) seal(ctx context.Context, what string, b, ad []byte) ([]byte, error) {
