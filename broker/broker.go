@@ -166,6 +166,12 @@ func New(d Driver, opts *Options) (*Broker, error) {
 // Driver returns the wrapped driver.
 func (b *Broker) Driver() Driver { return b.d }
 
+// Codec returns Options.Codec (nil: bodies travel as given). The root
+// package's Client and Server, and admin.Ops, seal their ledger's payloads
+// with it too (ledger.WithCodec), so the broker's options are the one
+// place encryption is configured.
+func (b *Broker) Codec() Codec { return b.opts.Codec }
+
 // Capabilities returns the driver's capabilities.
 func (b *Broker) Capabilities() Capabilities { return b.caps }
 

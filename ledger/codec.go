@@ -28,8 +28,12 @@ import (
 // A method added to Ledger that takes or returns a Task, a step output or
 // an Effect must be overridden here too (TestWithCodec_CoversLedger fails
 // until it is listed).
+//
+// Wrapping a ledger already wrapped with the same codec returns it as it
+// is, so the root package's Client and Server can wrap whatever ledger
+// they are given with their broker's codec.
 func WithCodec(L Ledger, c broker.Codec) Ledger {
-	if c == nil {
+	if c == nil || L == nil || CodecOf(L) == c {
 		return L
 	}
 	cl := &codecLedger{Ledger: L, c: c}
@@ -47,6 +51,17 @@ type codecLedger struct {
 type codecLanes struct {
 	*codecLedger
 	LaneControls
+}
+
+// CodecOf returns the codec L was wrapped with by WithCodec, or nil.
+func CodecOf(L Ledger) broker.Codec {
+	switch l := L.(type) {
+	case *codecLedger:
+		return l.c
+	case *codecLanes:
+		return l.c
+	}
+	return nil
 }
 
 // Unwrap returns the ledger WithCodec wrapped.
