@@ -390,3 +390,61 @@ func TestEncryption_AsynqRaw(t *testing.T) {
 	}
 	absent(t, "Redis (after the run, dead letter included)", raw)
 }
+
+type stepArgs struct{}
+
+func (stepArgs) Kind() string { return "test.step-secret" }
+
+// TestEncryption_StepDoesNotOpen: a stored step output that does not open
+// (sealed under a key this process lacks) dead-letters the task as
+// undecodable, in the broker and the ledger, without calling the step
+// again and without retrying.
+func TestEncryption_StepDoesNotOpen(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	S, err := sqlite.Open(ctx, filepath.Join(dir, "ledger.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer S.Close()
+	b, err := broker.Open(ctx, "embedded://"+filepath.Join(dir, "q.db"), &broker.Options{Codec: secretCodec(t, "k1:"+secretKey(1)), Dedup: S})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, _ := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: S})
+	res, err := c.Enqueue(ctx, stepArgs{}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ledger.WithCodec(S, secretCodec(t, "k2:"+secretKey(2)))
+	if _, err := other.PutStep(ctx, res.ID, "s", []byte(`"x"`)); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: S, Slots: 4, PollWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, stepCalls atomic.Int32
+	switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[stepArgs]) error {
+		calls.Add(1)
+		_, err := switchyard.Step(ctx, "s", func(context.Context) (string, error) { stepCalls.Add(1); return "y", nil })
+		return err
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := c.Task(ctx, res.ID)
+		return err == nil && info.Task.State == ledger.Dead
+	})
+	evs, _ := S.Events(ctx, res.ID)
+	if last := evs[len(evs)-1]; last.Reason != string(broker.ReasonUndecodable) {
+		t.Errorf("last event %+v, want reason undecodable", last)
+	}
+	if calls.Load() != 1 || stepCalls.Load() != 0 {
+		t.Errorf("handler called %d times, step function %d; want 1 and 0", calls.Load(), stepCalls.Load())
+	}
+}
