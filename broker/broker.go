@@ -267,7 +267,7 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 		m.EnqueuedAt = now
 	}
 	r.ID = m.ID
-	if b.opts.Codec != nil {
+	if b.opts.Codec != nil && !alreadySealed(b.opts.Codec, m.Body) {
 		sealed, err := b.opts.Codec.Seal(ctx, m.Body, BodyAAD(m))
 		if err != nil {
 			r.Err = Wrap("publish: seal", Transient, err)
@@ -538,6 +538,15 @@ func BodyAAD(m *Message) []byte {
 	b = appendString(b, m.ID)
 	b = appendString(b, m.Kind)
 	return appendString(b, m.Tenant)
+}
+
+// alreadySealed reports whether body is sealed by c's own format (when c
+// can tell, with an IsSealed method): a dead letter whose body did not open
+// and is re-published as stored (moved to another lane, say) is sent as it
+// is rather than sealed twice, so the right key still opens it.
+func alreadySealed(c Codec, body []byte) bool {
+	s, ok := c.(interface{ IsSealed([]byte) bool })
+	return ok && s.IsSealed(body)
 }
 
 // open replaces d's sealed body by its plaintext, keeping the sealed one

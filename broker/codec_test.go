@@ -216,3 +216,23 @@ func TestBroker_CodecKeyServiceDown(t *testing.T) {
 		t.Fatalf("after the outage: %v, %v", ds, err)
 	}
 }
+
+// TestBroker_CodecNoDoubleSeal: a body already sealed (a dead letter that
+// did not open, re-published as stored) is sent as it is, so the right
+// key still opens it.
+func TestBroker_CodecNoDoubleSeal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := "embedded://" + filepath.Join(t.TempDir(), "q.db")
+	c1 := testCodec(t, "k1:"+k32(1))
+	m := &broker.Message{ID: "m1", Lane: "batch", Kind: "k"}
+	sealed, _ := c1.Seal(ctx, []byte("{}"), broker.BodyAAD(m))
+	m.Body = sealed
+	if _, err := openCodec(t, url, testCodec(t, "k2:"+k32(2))).PublishOne(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := openCodec(t, url, c1).Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: 1, Lease: time.Second, Wait: time.Second})
+	if err != nil || len(ds) != 1 || string(ds[0].Body) != "{}" {
+		t.Fatalf("Receive = %v, %v", ds, err)
+	}
+}

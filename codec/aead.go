@@ -256,6 +256,11 @@ func (a *AEAD) Reseal(ctx context.Context, sealed, aad []byte) ([]byte, bool, er
 	return out, err == nil, err
 }
 
+// IsSealed reports whether b is sealed (IsSealed). broker.Broker does not
+// seal such a body again: a dead letter that did not open, re-published as
+// stored, keeps its one layer.
+func (a *AEAD) IsSealed(b []byte) bool { return IsSealed(b) }
+
 // IsSealed reports whether b starts with the sealed header's magic bytes.
 // Task arguments and step outputs are JSON and never do.
 func IsSealed(b []byte) bool { return bytes.HasPrefix(b, magic) }

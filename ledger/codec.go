@@ -53,6 +53,11 @@ type codecLanes struct {
 	LaneControls
 }
 
+var (
+	_ Ledger       = (*codecLedger)(nil)
+	_ LaneControls = (*codecLanes)(nil)
+)
+
 // CodecOf returns the codec L was wrapped with by WithCodec, or nil.
 func CodecOf(L Ledger) broker.Codec {
 	switch l := L.(type) {
