@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -15,10 +16,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/switchyard-dev/switchyard"
 	_ "github.com/switchyard-dev/switchyard/adapters/asynq"
+	_ "github.com/switchyard-dev/switchyard/adapters/rabbitmq"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/codec"
 	"github.com/switchyard-dev/switchyard/conformance"
@@ -447,4 +450,62 @@ func TestEncryption_StepDoesNotOpen(t *testing.T) {
 	if calls.Load() != 1 || stepCalls.Load() != 0 {
 		t.Errorf("handler called %d times, step function %d; want 1 and 0", calls.Load(), stepCalls.Load())
 	}
+}
+
+// TestEncryption_RabbitMQRaw: RabbitMQ's live queue and dead-letter queue,
+// read with a plain AMQP client, hold the sealed body, never the marker.
+func TestEncryption_RabbitMQRaw(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := conformance.Namespace(t)
+	b, err := broker.Open(ctx, testclean.URL(t, "rabbitmq", ns, nil), &broker.Options{Codec: secretCodec(t, "k1:"+secretKey(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	c, _ := switchyard.NewClient(b, nil)
+	res, err := c.Enqueue(ctx, secretArgs{Secret: secretMarker}, &switchyard.EnqueueOpts{Lane: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqp.Dial(testenv.RabbitMQ.Endpoint(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	rawGet := func(queue string) {
+		t.Helper()
+		var m amqp.Delivery
+		waitFor(t, 10*time.Second, func() bool {
+			var ok bool
+			m, ok, err = ch.Get(queue, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		})
+		defer m.Nack(false, true)
+		all := append(append([]byte(nil), m.Body...), []byte(m.MessageId+m.Type)...)
+		for k, v := range m.Headers {
+			all = append(all, []byte(k+"="+fmt.Sprint(v))...)
+		}
+		if !bytes.Contains(all, []byte(res.ID)) && !bytes.Contains(all, []byte("test.secret")) {
+			t.Fatalf("the raw message in %s is not the task's", queue)
+		}
+		absent(t, "RabbitMQ queue "+queue, all)
+	}
+	rawGet("switchyard." + ns + ".batch")
+	ds, err := b.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: 1, Lease: 10 * time.Second, Wait: 5 * time.Second})
+	if err != nil || len(ds) != 1 || !strings.Contains(string(ds[0].Body), secretMarker) {
+		t.Fatalf("Receive = %v, %v", ds, err)
+	}
+	if err := b.DeadLetter(ctx, ds[0], &broker.DeadLetter{Reason: broker.ReasonPermanent, Error: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	rawGet("switchyard." + ns + ".batch.dlq")
 }
