@@ -575,6 +575,10 @@ func (b *Broker) openLive(ctx context.Context, d *Delivery) (keep bool, err erro
 		return true, nil
 	}
 	if !errors.Is(err, ErrUndecodable) {
+		// It stays leased and comes back; its ordering turn is not spent.
+		if !b.caps.Ordering {
+			b.releaseOrder(ctx, d, false)
+		}
 		return false, Wrap("receive: open body", Transient, err)
 	}
 	b.opts.Logger.Warn("switchyard: a message body does not open; dead-lettered as undecodable",
