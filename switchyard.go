@@ -100,7 +100,10 @@ type EnqueueResult struct {
 // ClientConfig configures a Client. A nil *ClientConfig means defaults.
 type ClientConfig struct {
 	// Ledger, when set, records every task at enqueue and deduplicates
-	// idempotency keys for as long as the task is kept. Defaults to nil.
+	// idempotency keys for as long as the task is kept. When the broker
+	// has a codec (broker.Options.Codec), the Client seals the ledger's
+	// payloads with it too (ledger.WithCodec): configure encryption once,
+	// on the broker. Defaults to nil.
 	Ledger ledger.Ledger
 	// BeforePublish, when set, is called with every message just before
 	// it is published (after validation and ledger recording): the place
@@ -122,7 +125,7 @@ func NewClient(b *broker.Broker, cfg *ClientConfig) (*Client, error) {
 	}
 	c := &Client{b: b}
 	if cfg != nil {
-		c.l, c.beforePublish = cfg.Ledger, cfg.BeforePublish
+		c.l, c.beforePublish = ledger.WithCodec(cfg.Ledger, b.Codec()), cfg.BeforePublish
 	}
 	return c, nil
 }
@@ -356,8 +359,16 @@ type Server struct {
 	s *scheduler.Scheduler
 }
 
-// NewServer returns a Server pulling from b. cfg may be nil.
+// NewServer returns a Server pulling from b. cfg may be nil. When b has a
+// codec (broker.Options.Codec), the Server seals cfg.Ledger's payloads
+// with it too (ledger.WithCodec): task arguments and results, step outputs
+// and effect results.
 func NewServer(b *broker.Broker, cfg *ServerConfig) (*Server, error) {
+	if b != nil && cfg != nil && cfg.Ledger != nil && b.Codec() != nil {
+		c := *cfg
+		c.Ledger = ledger.WithCodec(c.Ledger, b.Codec())
+		cfg = &c
+	}
 	s, err := scheduler.New(b, cfg)
 	if err != nil {
 		return nil, err

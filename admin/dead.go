@@ -220,9 +220,11 @@ func (l *leased) giveBack(ctx context.Context) {
 			// ordering bookkeeping right.
 			_ = l.o.cfg.Broker.Release(ctx, d, 0)
 		} else if r, ok := drv.(broker.Releaser); ok {
-			_ = r.Release(ctx, d, 0)
+			// Wire: the body as stored (sealed, with a codec), never the
+			// plaintext Broker opened.
+			_ = r.Release(ctx, broker.Wire(d), 0)
 		} else {
-			_ = drv.Nack(ctx, d, 0)
+			_ = drv.Nack(ctx, broker.Wire(d), 0)
 		}
 	}
 	l.ds = nil

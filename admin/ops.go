@@ -166,6 +166,8 @@ func New(cfg Config) (*Ops, error) {
 	if cfg.ScanLease <= 0 {
 		cfg.ScanLease = 5 * time.Minute
 	}
+	// The broker's codec seals the ledger's payloads too.
+	cfg.Ledger = ledger.WithCodec(cfg.Ledger, cfg.Broker.Codec())
 	c, err := switchyard.NewClient(cfg.Broker, &switchyard.ClientConfig{Ledger: cfg.Ledger})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -68,6 +69,16 @@ type Options struct {
 	// FairPoll is how long an idle fair lane's receive long-polls one shard
 	// before looking at all of them again. Defaults to 100ms.
 	FairPoll time.Duration
+	// Codec, when set, seals every message body on publish and opens it
+	// on receive (dead-letter queues included), so that the broker's
+	// storage holds only sealed bodies: codec.AEAD encrypts them. A body
+	// that does not open (tampered, sealed under an unknown key, or
+	// plaintext) is dead-lettered with ReasonUndecodable and never
+	// delivered; one the codec cannot open for now (a key service down)
+	// stays leased and comes back after its lease. Publishers and consumers
+	// of a lane must agree on it. IDs, lanes, kinds, tenants, keys and
+	// headers are not sealed. Defaults to nil: bodies travel as given.
+	Codec Codec
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings about fallbacks. Defaults to slog.Default().
@@ -154,6 +165,12 @@ func New(d Driver, opts *Options) (*Broker, error) {
 
 // Driver returns the wrapped driver.
 func (b *Broker) Driver() Driver { return b.d }
+
+// Codec returns Options.Codec (nil: bodies travel as given). The root
+// package's Client and Server, and admin.Ops, seal their ledger's payloads
+// with it too (ledger.WithCodec), so the broker's options are the one
+// place encryption is configured.
+func (b *Broker) Codec() Codec { return b.opts.Codec }
 
 // Capabilities returns the driver's capabilities.
 func (b *Broker) Capabilities() Capabilities { return b.caps }
@@ -250,6 +267,18 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 		m.EnqueuedAt = now
 	}
 	r.ID = m.ID
+	if b.opts.Codec != nil && !alreadySealed(b.opts.Codec, m.Body) {
+		sealed, err := b.opts.Codec.Seal(ctx, m.Body, BodyAAD(m))
+		if err != nil {
+			r.Err = Wrap("publish: seal", Transient, err)
+			return p, r, false
+		}
+		// The caller's message keeps its body; the copy sent carries the
+		// sealed one (and the size limit applies to it).
+		c := *m
+		c.Body = sealed
+		m = &c
+	}
 	if b.caps.MaxMessageSize > 0 && m.Size() > b.caps.MaxMessageSize {
 		r.Err = &Error{Op: "publish", Class: Permanent, Kind: ErrTooLarge, Err: &TooLargeError{Size: m.Size(), Max: b.caps.MaxMessageSize}}
 		return p, r, false
@@ -395,13 +424,24 @@ func (b *Broker) receiveOne(ctx context.Context, req ReceiveRequest) ([]*Deliver
 		if err != nil {
 			return nil, Wrap("receive", Transient, err)
 		}
-		if req.DeadLetters || len(ds) == 0 {
+		if len(ds) == 0 {
+			return ds, nil
+		}
+		if req.DeadLetters {
+			for _, d := range ds {
+				// Best effort: a dead letter that does not open is shown
+				// as stored (its reason is then usually undecodable).
+				_ = b.open(ctx, d)
+			}
 			return ds, nil
 		}
 		out := ds[:0]
 		var firstErr error
 		for _, d := range ds {
 			keep, err := b.filter(ctx, d)
+			if keep && err == nil {
+				keep, err = b.openLive(ctx, d)
+			}
 			if err != nil {
 				// This one could not be handled (a hop not re-published):
 				// it stays leased and comes back after its lease. The others
@@ -489,12 +529,90 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 	return true, nil
 }
 
+// BodyAAD is the additional data Broker binds a sealed body to: the
+// message's ID, kind and tenant. A sealed body copied into another message
+// does not open.
+func BodyAAD(m *Message) []byte {
+	b := make([]byte, 0, 24+len(m.ID)+len(m.Kind)+len(m.Tenant))
+	b = append(b, "switchyard body\x00"...)
+	b = appendString(b, m.ID)
+	b = appendString(b, m.Kind)
+	return appendString(b, m.Tenant)
+}
+
+// alreadySealed reports whether body is sealed by c's own format (when c
+// can tell, with an IsSealed method): a dead letter whose body did not open
+// and is re-published as stored (moved to another lane, say) is sent as it
+// is rather than sealed twice, so the right key still opens it.
+func alreadySealed(c Codec, body []byte) bool {
+	s, ok := c.(interface{ IsSealed([]byte) bool })
+	return ok && s.IsSealed(body)
+}
+
+// open replaces d's sealed body by its plaintext, keeping the sealed one
+// for the driver (see wire).
+func (b *Broker) open(ctx context.Context, d *Delivery) error {
+	if b.opts.Codec == nil || d.sealed != nil {
+		return nil
+	}
+	pt, err := b.opts.Codec.Open(ctx, d.Body, BodyAAD(&d.Message))
+	if err != nil {
+		return err
+	}
+	if d.Body == nil {
+		d.Body = []byte{} // sealed is non-nil once opened
+	}
+	d.sealed, d.Body = d.Body, pt
+	return nil
+}
+
+// openLive opens a live delivery's body. A body that can never open is
+// dead-lettered with ReasonUndecodable (keep=false, no error); one that
+// cannot open for now stays leased and comes back after its lease.
+func (b *Broker) openLive(ctx context.Context, d *Delivery) (keep bool, err error) {
+	err = b.open(ctx, d)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, ErrUndecodable) {
+		// It stays leased and comes back; its ordering turn is not spent.
+		if !b.caps.Ordering {
+			b.releaseOrder(ctx, d, false)
+		}
+		return false, Wrap("receive: open body", Transient, err)
+	}
+	b.opts.Logger.Warn("switchyard: a message body does not open; dead-lettered as undecodable",
+		"id", d.ID, "lane", d.Lane, "kind", d.Kind, "error", err)
+	dl := &DeadLetter{Reason: ReasonUndecodable, Error: "body does not open: " + err.Error(), At: b.opts.Now()}
+	if err := b.d.DeadLetter(ctx, d, dl); err != nil && ClassOf(err) != Permanent {
+		return false, Wrap("receive: dead-letter", Transient, err)
+	}
+	if !b.caps.Ordering {
+		b.releaseOrder(ctx, d, true)
+	}
+	return false, nil
+}
+
+// Wire returns d as the driver delivered it: d itself, or, when Broker
+// opened its body with Options.Codec, a copy carrying the sealed body. Code
+// that hands a delivery from Broker.Receive to the Driver directly passes
+// Wire(d), so that a driver which re-publishes the message (on nack,
+// release, dead-letter or replay) never writes the plaintext.
+func Wire(d *Delivery) *Delivery {
+	if d.sealed == nil {
+		return d
+	}
+	c := *d
+	c.Body, c.sealed = d.sealed, nil
+	return &c
+}
+
 // requeue gives d back to be offered again after delay without spending an
 // attempt: it publishes the next hop, then acks d. A crash between the two
 // leaves a duplicate, never a loss.
 func (b *Broker) requeue(ctx context.Context, d *Delivery, delay time.Duration) error {
 	now := b.opts.Now()
-	c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt-1, true)
+	c := b.holdCopy(&Wire(d).Message, now.Add(delay), now, d.Attempt-1, true)
 	if key := d.Headers[HeaderHeldKey]; key != "" {
 		c.Headers[HeaderHeldKey] = key
 	}
@@ -564,7 +682,7 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 	}
 	if b.maxDel > 0 && delay > b.maxDel {
 		now := b.opts.Now()
-		c := b.holdCopy(&d.Message, now.Add(delay), now, d.Attempt, true)
+		c := b.holdCopy(&Wire(d).Message, now.Add(delay), now, d.Attempt, true)
 		b.carryOrder(d, c)
 		if err := b.republish(ctx, c); err != nil {
 			return err
@@ -572,7 +690,7 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 		if err := b.d.Ack(ctx, []*Delivery{d}); err != nil {
 			return Wrap("nack", Transient, err)
 		}
-	} else if err := b.d.Nack(ctx, d, delay); err != nil {
+	} else if err := b.d.Nack(ctx, Wire(d), delay); err != nil {
 		return Wrap("nack", Transient, err)
 	}
 	if !b.caps.Ordering {
@@ -602,7 +720,7 @@ func (b *Broker) Release(ctx context.Context, d *Delivery, delay time.Duration) 
 	}
 	var err error
 	if r, ok := b.d.(Releaser); ok && (b.maxDel == 0 || delay <= b.maxDel) {
-		err = Wrap("release", Transient, r.Release(ctx, d, delay))
+		err = Wrap("release", Transient, r.Release(ctx, Wire(d), delay))
 	} else {
 		err = b.requeue(ctx, d, delay)
 	}
@@ -654,7 +772,7 @@ func (b *Broker) DeadLetter(ctx context.Context, d *Delivery, dl *DeadLetter) er
 	if dl.At.IsZero() {
 		dl.At = b.opts.Now()
 	}
-	if err := b.d.DeadLetter(ctx, d, dl); err != nil {
+	if err := b.d.DeadLetter(ctx, Wire(d), dl); err != nil {
 		return Wrap("dead-letter", Transient, err)
 	}
 	if !b.caps.Ordering {
@@ -675,7 +793,7 @@ func (b *Broker) Replay(ctx context.Context, d *Delivery) error {
 		// It died in the middle of a hold: the stored message carries hop
 		// state (an attempt base, a hold) that a replay must not inherit.
 		// Publish a clean copy, then remove the dead letter.
-		c := d.Message.Clone()
+		c := Wire(d).Message.Clone()
 		if v, ok := c.Headers[HeaderRunAt]; ok {
 			c.RunAt = time.Time{}
 			if t, err := time.Parse(time.RFC3339Nano, v); err == nil && t.After(b.opts.Now()) {
@@ -701,7 +819,7 @@ func (b *Broker) Replay(ctx context.Context, d *Delivery) error {
 		}
 		return Wrap("replay", Transient, b.d.Ack(ctx, []*Delivery{d}))
 	}
-	return Wrap("replay", Transient, b.d.Replay(ctx, d))
+	return Wrap("replay", Transient, b.d.Replay(ctx, Wire(d)))
 }
 
 func hasHopHeaders(h map[string]string) bool {

@@ -53,6 +53,14 @@
 //	redis://:pass@host:6379/0           adapters/asynq
 //	sqs://?region=eu-west-1             adapters/sqs
 //
+// # Payload encryption
+//
+// Options.Codec seals every body Broker publishes and opens every body it
+// receives (package codec provides AES-GCM envelope encryption), so a
+// driver only ever stores sealed bodies. A Delivery from Broker.Receive
+// then carries the plaintext; code that hands it to the Driver directly
+// (not through Broker's methods) passes Wire(d), the delivery as stored.
+//
 // # Reserved headers
 //
 // Header names starting with "switchyard-" are reserved. The framework uses

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"context"
 	"fmt"
 	"time"
 )
@@ -59,6 +60,11 @@ type Delivery struct {
 	// Handle is the driver's opaque reference to this delivery. Only the
 	// driver that produced the delivery interprets it.
 	Handle any
+
+	// sealed is the body as the driver holds it when Broker opened it with
+	// Options.Codec (Body is then the plaintext); Broker gives it back to
+	// the driver for every call that may re-publish the message.
+	sealed []byte
 }
 
 // Reason is a stable, machine-readable code saying why a message was
@@ -225,4 +231,21 @@ func (m *Message) Clone() *Message {
 
 func (m *Message) String() string {
 	return fmt.Sprintf("message %s (lane %s, kind %s)", m.ID, m.Lane, m.Kind)
+}
+
+// Codec transforms message bodies on their way to and from the driver:
+// Broker seals every body it publishes and opens every body it receives,
+// so that the broker's storage holds only what Seal made. The codec
+// package's AEAD (AES-GCM envelope encryption) is the one Switchyard
+// provides; ledger.WithCodec applies the same interface to the ledger.
+//
+// aad is data that Seal binds to the result without carrying it (the
+// message's ID, kind and tenant): Open with any other aad fails, so a
+// sealed body cannot be moved to another message. Open's errors match
+// ErrUndecodable when the input can never be opened (a tampered body, an
+// unknown key: permanent), and are transient when opening may succeed
+// later (a key service that is down).
+type Codec interface {
+	Seal(ctx context.Context, plaintext, aad []byte) ([]byte, error)
+	Open(ctx context.Context, sealed, aad []byte) ([]byte, error)
 }

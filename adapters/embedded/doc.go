@@ -47,6 +47,13 @@
 // process publishing and consuming beside the first. A file that is not a
 // Switchyard SQLite database, or is corrupt, fails at open with ErrInvalid.
 //
+// A new database file is created 0600 (SQLite gives its -wal and -shm the
+// same mode) and missing directories 0700, whatever the umask; an existing
+// file others can read, or a directory they can write, is reported with a
+// warning through Config.Logger and left as it is. Message bodies are
+// stored as given: set broker.Options.Codec to encrypt them (see package
+// codec and docs/SECURITY.md).
+//
 // # Errors
 //
 // Busy, locked and I/O errors are transient; corruption is permanent;

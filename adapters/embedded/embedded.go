@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/fileperm"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 )
@@ -60,6 +62,9 @@ type Config struct {
 	// second. It exists to prove the framework's fallbacks with the
 	// conformance suite; production code has no reason to set it.
 	Reduced bool
+	// Logger receives warnings (a database file others can read). Defaults
+	// to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c *Config) withDefaults() Config {
@@ -160,10 +165,11 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 		if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 			return nil, broker.Invalidf("embedded: %s is a directory, not a database file", abs)
 		}
-		if dir := filepath.Dir(abs); dir != "" {
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return nil, broker.Wrap("open", broker.Permanent, fmt.Errorf("embedded: create directory: %w", err))
-			}
+		// A new database is created 0600 in a 0700 directory (SQLite gives
+		// its -wal and -shm files the database's mode); wider existing
+		// ones are reported.
+		if err := fileperm.Prepare(abs, "embedded broker", true, c.Logger); err != nil {
+			return nil, broker.Wrap("open", broker.Permanent, fmt.Errorf("embedded: %w", err))
 		}
 		key = "file:" + abs
 		sync := "NORMAL"

@@ -96,6 +96,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cancel()
 	var L ledger.Ledger
 	bopts := &broker.Options{}
+	if bopts.Codec, err = envCodec(); err != nil {
+		return err
+	}
 	if *dsn != "" {
 		if L, err = ledger.Open(octx, *dsn); err != nil {
 			return err

@@ -166,6 +166,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if L != nil {
 		bopts.Dedup = L
 	}
+	if bopts.Codec, err = envCodec(); err != nil {
+		return err
+	}
 	b, err := broker.Open(ctx, *brokerURL, bopts)
 	if err != nil {
 		return fmt.Errorf("open broker: %w", err)

@@ -101,6 +101,9 @@ func (c *opsCmd) open(ctx context.Context, cfg admin.Config) (*admin.Ops, func()
 		}
 	}
 	bopts := &broker.Options{}
+	if bopts.Codec, err = envCodec(); err != nil {
+		return nil, nil, err
+	}
 	if *c.ledger != "" {
 		if L, err = ledger.Open(ctx, *c.ledger); err != nil {
 			return nil, nil, err

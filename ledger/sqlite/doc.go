@@ -19,9 +19,15 @@
 //	readers=4           size of the read-only connection pool
 //	dedup_window=24h    how long a broker.DedupStore claim holds
 //
-// The file is created if missing. A file that is not a SQLite database
+// The file is created if missing, 0600 whatever the umask (SQLite gives
+// its -wal and -shm the same mode); an existing file others can read, or a
+// directory they can write, is reported with a warning through
+// Options.Logger and left as it is. A file that is not a SQLite database
 // (bad header) or is corrupt fails at open with a permanent error matching
-// broker.ErrInvalid; a missing directory with a permanent error.
+// broker.ErrInvalid; a missing directory with a permanent error. Payloads
+// are stored as given: wrap the store with ledger.WithCodec to encrypt
+// them (the root package's Client and Server do, with their broker's
+// codec).
 //
 // # Schema and migrations
 //

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/fileperm"
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
@@ -49,6 +51,9 @@ type Options struct {
 	DedupWindow time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Logger receives warnings (a database file others can read). Defaults
+	// to slog.Default().
+	Logger *slog.Logger
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -84,6 +89,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }
@@ -183,6 +191,12 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 	} else {
 		if err := checkHeader(path); err != nil {
 			return nil, err
+		}
+		// A new database is created 0600 (SQLite gives its -wal and -shm
+		// files the database's mode; the directory must exist); wider
+		// existing ones are reported.
+		if err := fileperm.Prepare(path, "ledger", false, o.Logger); err != nil {
+			return nil, &broker.Error{Op: op, Class: broker.Permanent, Err: err}
 		}
 		dsn := "file:" + path + "?" + params
 		w, err := sql.Open("sqlite", dsn+"&_pragma=journal_mode(WAL)&_pragma=synchronous("+o.Synchronous+")&_txlock=immediate")
