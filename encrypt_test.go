@@ -444,8 +444,14 @@ func TestEncryption_StepDoesNotOpen(t *testing.T) {
 		return err == nil && info.Task.State == ledger.Dead
 	})
 	evs, _ := S.Events(ctx, res.ID)
-	if last := evs[len(evs)-1]; last.Reason != string(broker.ReasonUndecodable) {
-		t.Errorf("last event %+v, want reason undecodable", last)
+	var last ledger.Event
+	for _, e := range evs {
+		if e.To == ledger.Dead {
+			last = e
+		}
+	}
+	if last.Reason != string(broker.ReasonUndecodable) {
+		t.Errorf("the move to dead %+v, want reason undecodable (events %+v)", last, evs)
 	}
 	if calls.Load() != 1 || stepCalls.Load() != 0 {
 		t.Errorf("handler called %d times, step function %d; want 1 and 0", calls.Load(), stepCalls.Load())

@@ -22,7 +22,7 @@ import (
 // empty. The result implements LaneControls when L does; Unwrap returns L.
 //
 // Methods that carry payloads, and so are overridden here: Create, Get,
-// GetByKey, Transition, List (Task.Args, Task.Result,
+// GetByKey, Transition, List, BeginRun, EndRun (Task.Args, Task.Result,
 // TransitionRequest.Result); GetStep, PutStep (step outputs); BeginEffect,
 // SetEffect, Effects (Effect.Result). Every other method passes through.
 // A method added to Ledger that takes or returns a Task, a step output or
@@ -258,4 +258,45 @@ func (l *codecLedger) Effects(ctx context.Context, taskID string) ([]Effect, err
 		}
 	}
 	return es, nil
+}
+
+// BeginRun opens the task it returns (also the one that comes with a
+// refusal, when it opens).
+func (l *codecLedger) BeginRun(ctx context.Context, req RunStart) (*Task, error) {
+	t, err := l.Ledger.BeginRun(ctx, req)
+	if t == nil {
+		return t, err
+	}
+	opened, oerr := l.openTask(ctx, t)
+	if err != nil {
+		if oerr != nil {
+			return nil, err
+		}
+		return opened, err
+	}
+	return opened, oerr
+}
+
+// EndRun seals the transition's result and opens the task it returns.
+func (l *codecLedger) EndRun(ctx context.Context, req RunEnd) (*Task, error) {
+	if req.Transition != nil && req.Transition.Result != nil {
+		tr := *req.Transition
+		var err error
+		if tr.Result, err = l.seal(ctx, "result", tr.Result, resultAAD(tr.ID)); err != nil {
+			return nil, err
+		}
+		req.Transition = &tr
+	}
+	t, err := l.Ledger.EndRun(ctx, req)
+	if t == nil {
+		return t, err
+	}
+	opened, oerr := l.openTask(ctx, t)
+	if err != nil {
+		if oerr != nil {
+			return nil, err
+		}
+		return opened, err
+	}
+	return opened, oerr
 }

@@ -139,9 +139,9 @@ func TestWithCodec_NothingPlainOnDisk(t *testing.T) {
 // plaintext). Add the override in codec.go and list it here.
 func TestWithCodec_CoversLedger(t *testing.T) {
 	overridden := map[string]bool{"Create": true, "Get": true, "GetByKey": true, "Transition": true, "List": true,
-		"GetStep": true, "PutStep": true, "BeginEffect": true, "SetEffect": true, "Effects": true}
+		"GetStep": true, "PutStep": true, "BeginEffect": true, "SetEffect": true, "Effects": true, "BeginRun": true, "EndRun": true}
 	noPayload := map[string]bool{"StartAttempt": true, "FinishAttempt": true, "Attempts": true, "Events": true,
-		"AppendEvent": true, "Prune": true, "Claim": true, "Release": true, "Close": true}
+		"AppendEvent": true, "Prune": true, "Claim": true, "Release": true, "Close": true, "RenewLeases": true}
 	typ := reflect.TypeOf((*ledger.Ledger)(nil)).Elem()
 	for i := 0; i < typ.NumMethod(); i++ {
 		name := typ.Method(i).Name

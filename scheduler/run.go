@@ -359,15 +359,24 @@ func (s *Scheduler) deadAgain(ctx context.Context, d *broker.Delivery, t *ledger
 const reasonDeadLettered = "dead_lettered"
 
 // refused reports whether the ledger refused a call for good: the
-// delivery's fields are out of its bounds, and asking again would loop.
+// delivery's fields are out of its bounds, or the task's stored payload
+// does not open (ledger.WithCodec with the wrong keys, a tampered row),
+// and asking again would loop.
 func refused(err error) bool {
-	return errors.Is(err, broker.ErrInvalid) && broker.ClassOf(err) == broker.Permanent
+	return (errors.Is(err, broker.ErrInvalid) || errors.Is(err, broker.ErrUndecodable)) && broker.ClassOf(err) == broker.Permanent
 }
 
 // refusedByLedger dead-letters a delivery the ledger will never accept
 // (an ID, key or count out of its bounds): asking again would loop.
 func (s *Scheduler) refusedByLedger(ctx context.Context, d *broker.Delivery, err error) {
 	s.cfg.Logger.Warn("switchyard: the ledger refuses the delivery; dead-lettering it", "lane", s.b.LaneOf(d.Lane), "error", err)
+	if errors.Is(err, broker.ErrUndecodable) {
+		// The ID is good, the record's payload does not open: the task
+		// may now be running in the ledger; record it dead, with why.
+		msg := err.Error()
+		_, _ = s.cfg.Ledger.Transition(ctx, ledger.TransitionRequest{ID: d.ID, To: ledger.Dead, Reason: string(broker.ReasonUndecodable),
+			Detail: msg, Actor: s.cfg.WorkerID, LastError: &msg})
+	}
 	s.settleErr(d, "dead-letter", s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: broker.ReasonUndecodable,
 		Error: "the ledger refuses the task: " + err.Error()}))
 	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: broker.ReasonUndecodable, Err: err})
