@@ -108,7 +108,8 @@ func deadLetterOf(dv amqp.Delivery, limit int) (*broker.DeadLetter, int) {
 	}
 	dl := &broker.DeadLetter{
 		Reason: broker.ReasonDeliveryLimit,
-		Error:  fmt.Sprintf("RabbitMQ dead-lettered the message after its delivery limit (x-delivery-limit=%d): a consumer took it and never acked it", limit),
+		Error: fmt.Sprintf("RabbitMQ dead-lettered the message after its delivery limit (x-delivery-limit=%d): it was delivered that many times in a row "+
+			"without being settled (its consumers crashed, lost their connection or let the lease expire); nacks do not count", limit),
 	}
 	if deaths, ok := dv.Headers["x-death"].([]any); ok {
 		for _, e := range deaths {
