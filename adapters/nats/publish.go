@@ -63,7 +63,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		}
 		if m.RunAt.After(now) {
 			nm.Subject = d.names.delayedSubj(m.Lane)
-			nm.Header.Set(headerRunAt, strconv.FormatInt(m.RunAt.UnixNano(), 10))
+			nm.Header.Set(headerRunAt, strconv.FormatInt(broker.UnixNano(m.RunAt), 10)) // clamped, never wrapped
 		}
 		f, err := d.js.PublishMsgAsync(nm)
 		if err != nil {
