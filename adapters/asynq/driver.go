@@ -307,14 +307,31 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 			again bool
 			err   error
 		)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, &broker.Error{Op: "receive", Class: broker.Transient, Err: cerr}
+		}
+		// The script runs to its end even if ctx ends meanwhile: a reply
+		// abandoned mid-flight would leave its tasks leased to no one
+		// until the lease ends. Redis's read timeout still bounds it.
+		sctx := context.WithoutCancel(ctx)
 		if req.DeadLetters {
-			ds, err = d.receiveDead(ctx, k, req)
+			ds, err = d.receiveDead(sctx, k, req)
 			next = -1
 		} else {
-			ds, next, again, err = d.dequeue(ctx, k, req)
+			ds, next, again, err = d.dequeue(sctx, k, req)
 		}
 		if err != nil {
 			return nil, err
+		}
+		if cerr := ctx.Err(); cerr != nil && len(ds) > 0 {
+			// Cancelled: a caller that gave up may drop the deliveries;
+			// give them back unspent first.
+			for _, dv := range ds {
+				if rerr := d.Release(sctx, dv, 0); rerr != nil {
+					d.log.Warn("asynq: could not give back a task taken by a cancelled receive; it comes back after its lease", "queue", k.name, "id", dv.ID, "err", rerr)
+				}
+			}
+			return nil, &broker.Error{Op: "receive", Class: broker.Transient, Err: cerr}
 		}
 		left := time.Until(deadline)
 		if len(ds) > 0 || req.Wait <= 0 || left <= 0 {

@@ -119,3 +119,38 @@ func TestMissingTaskHash_DeadLettered(t *testing.T) {
 		t.Errorf("%d ids left in active", n)
 	}
 }
+
+// TestReceive_CancelledHoldsNothing: a Receive cancelled at any point
+// either returns the task or leaves it available at once, with no attempt
+// spent; it never keeps it leased until the lease (30 s here) ends.
+// Bounded: 120 rounds.
+func TestReceive_CancelledHoldsNothing(t *testing.T) {
+	t.Parallel()
+	b, _ := openLimits(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m := &broker.Message{Lane: "l", Kind: "k", Body: []byte("x"), MaxAttempts: 1000}
+	if _, err := b.PublishOne(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 120; i++ {
+		rctx, rcancel := context.WithTimeout(ctx, time.Duration(i%40)*50*time.Microsecond)
+		ds, err := b.Receive(rctx, broker.ReceiveRequest{Lane: "l", Max: 1, Wait: 20 * time.Millisecond, Lease: 30 * time.Second})
+		rcancel()
+		if err != nil && (!broker.IsContext(err) || len(ds) > 0) {
+			t.Fatalf("round %d: %d deliveries, %v", i, len(ds), err)
+		}
+		for _, d := range ds {
+			if err := b.Release(ctx, d, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := b.Receive(ctx, broker.ReceiveRequest{Lane: "l", Max: 1, Wait: 3 * time.Second, Lease: 30 * time.Second})
+		if err != nil || len(got) != 1 || got[0].ID != m.ID || got[0].Attempt != 1 {
+			t.Fatalf("round %d: the task is held or spent: %d deliveries, %v", i, len(got), err)
+		}
+		if err := b.Release(ctx, got[0], 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
