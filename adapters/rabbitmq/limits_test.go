@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"context"
 	"net/url"
 	"strings"
 	"testing"
@@ -122,5 +123,44 @@ func TestNack_NotCappedByDeliveryLimit(t *testing.T) {
 	}
 	if dead := receiveOne(t, d, broker.ReceiveRequest{Lane: "work", Lease: time.Minute, DeadLetters: true}, time.Second); dead != nil {
 		t.Fatalf("dead-lettered: %+v", dead.DeadLetter)
+	}
+}
+
+// TestReceive_CancelledHoldsNothing: a Receive whose context has ended
+// returns the context's error and no deliveries, even when a message is
+// already buffered for it (before, it handed the message to a caller that
+// had given up, which left it unacked until the channel closed), and
+// touches no channel; the message stays available. Bounded: 30 rounds.
+func TestReceive_CancelledHoldsNothing(t *testing.T) {
+	t.Parallel()
+	u := testURL(t, newNS(t), "", "", nil)
+	t.Cleanup(func() { cleanupNamespace(u, "work") })
+	ctx := ctxT(t, 2*time.Minute)
+	b, err := broker.Open(ctx, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m := &broker.Message{Lane: "work", Kind: "k", Body: []byte("x"), MaxAttempts: 1000}
+	if _, err := b.PublishOne(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 30; i++ {
+		got, err := b.Receive(ctx, broker.ReceiveRequest{Lane: "work", Max: 1, Wait: 5 * time.Second, Lease: time.Minute})
+		// (Not asserting the attempt: RabbitMQ may count one when the idle
+		// release cancels a consumer tag while delivering to it.)
+		if err != nil || len(got) != 1 || got[0].ID != m.ID {
+			t.Fatalf("round %d: %d deliveries, %v; want the message", i, len(got), err)
+		}
+		if err := b.Release(ctx, got[0], 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // pushed to the consumer's buffer meanwhile
+		rctx, rcancel := context.WithCancel(ctx)
+		rcancel()
+		ds, err := b.Receive(rctx, broker.ReceiveRequest{Lane: "work", Max: 1, Wait: time.Second, Lease: time.Minute})
+		if len(ds) > 0 || !broker.IsContext(err) {
+			t.Fatalf("round %d: a cancelled Receive returned %d deliveries, %v; want the context's error", i, len(ds), err)
+		}
 	}
 }
