@@ -85,9 +85,12 @@ func (c *consumer) deadLetterUndecodable(ctx context.Context, ch *amqp.Channel, 
 	_ = ch.Ack(dv.DeliveryTag, false)
 }
 
-// attemptOf computes a live delivery's attempt from its headers.
+// attemptOf computes a live delivery's attempt from its headers. Each part
+// is clamped to 0..broker.MaxAttemptsLimit, so a tampered header can neither
+// wrap the attempt around nor make it negative.
 func attemptOf(h amqp.Table) int {
-	return intHeader(h, hdrPrior) + intHeader(h, hdrDeliveryCount) + 1
+	clamp := func(n int) int { return max(0, min(n, broker.MaxAttemptsLimit)) }
+	return clamp(intHeader(h, hdrPrior)) + clamp(intHeader(h, hdrDeliveryCount)) + 1
 }
 
 // deadLetterOf reads the dead-letter record of a message in a dead-letter

@@ -2,10 +2,13 @@ package rabbitmq
 
 import (
 	"context"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
@@ -161,6 +164,23 @@ func TestReceive_CancelledHoldsNothing(t *testing.T) {
 		ds, err := b.Receive(rctx, broker.ReceiveRequest{Lane: "work", Max: 1, Wait: time.Second, Lease: time.Minute})
 		if len(ds) > 0 || !broker.IsContext(err) {
 			t.Fatalf("round %d: a cancelled Receive returned %d deliveries, %v; want the context's error", i, len(ds), err)
+		}
+	}
+}
+
+// TestAttemptOf_NeverWraps: tampered attempt headers are clamped, so the
+// attempt is never negative or wrapped (a negative one never reaches the
+// attempt limit, and the message would loop).
+func TestAttemptOf_NeverWraps(t *testing.T) {
+	t.Parallel()
+	for _, h := range []amqp.Table{
+		{hdrPrior: int64(math.MaxInt64)},
+		{hdrPrior: int64(math.MaxInt64), hdrDeliveryCount: int64(math.MaxInt64)},
+		{hdrPrior: int64(-5)},
+		{hdrPrior: "-9223372036854775808"},
+	} {
+		if a := attemptOf(h); a < 1 || a > 2*broker.MaxAttemptsLimit+1 {
+			t.Errorf("attemptOf(%v) = %d", h, a)
 		}
 	}
 }
