@@ -145,6 +145,14 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		return nil, broker.Invalidf("switchyard: nil task args")
 	}
 	o := mergeOpts(args, opts)
+	if o.Delay > 0 {
+		if _, err := broker.After("switchyard: delay", time.Now(), o.Delay); err != nil {
+			return nil, err
+		}
+	}
+	if err := broker.ValidateTime("switchyard: deadline", o.Deadline); err != nil {
+		return nil, err
+	}
 	for k := range o.Metadata {
 		if strings.HasPrefix(k, reservedPrefix) {
 			return nil, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)

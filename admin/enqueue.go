@@ -142,10 +142,19 @@ func (o *Ops) enqueueArgs(sc Scope, r EnqueueRequest) (rawArgs, *switchyard.Enqu
 		if d < 0 {
 			return rawArgs{}, nil, broker.Invalidf("delay %q is negative", r.Delay)
 		}
+		if _, err := broker.After("delay", time.Now(), d); err != nil {
+			return rawArgs{}, nil, err
+		}
 		opts.Delay = d
 	}
-	if r.MaxAttempts < 0 {
-		return rawArgs{}, nil, broker.Invalidf("max_attempts %d is negative", r.MaxAttempts)
+	if err := broker.ValidateTime("run_at", r.RunAt); err != nil {
+		return rawArgs{}, nil, err
+	}
+	if err := broker.ValidateTime("deadline", r.Deadline); err != nil {
+		return rawArgs{}, nil, err
+	}
+	if r.MaxAttempts < 0 || r.MaxAttempts > broker.MaxAttemptsLimit {
+		return rawArgs{}, nil, broker.Invalidf("max_attempts %d is outside 0..%d", r.MaxAttempts, broker.MaxAttemptsLimit)
 	}
 	// The message's own checks (keys, metadata), before anything is
 	// recorded.

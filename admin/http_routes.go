@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -229,6 +230,9 @@ func (h *handler) enqueue(r *http.Request, c *call) (int, any, error) {
 		}
 		if *body.DelayMS < 0 {
 			return 0, nil, badRequest("delay_ms must not be negative")
+		}
+		if *body.DelayMS > int64(math.MaxInt64/time.Millisecond) {
+			return 0, nil, badRequest("delay_ms is too large: it runs past the supported range (until %d-12-31 UTC)", broker.MaxYear)
 		}
 		req.Delay = (time.Duration(*body.DelayMS) * time.Millisecond).String()
 	}

@@ -470,7 +470,9 @@ func (b *Broker) receiveOne(ctx context.Context, req ReceiveRequest) ([]*Deliver
 func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 	if d.Headers != nil {
 		if base, err := strconv.Atoi(d.Headers[HeaderAttemptBase]); err == nil && base > 0 {
-			d.Attempt += base
+			// A tampered base must not wrap the attempt around (a
+			// negative attempt would never reach the limit): clamp it.
+			d.Attempt = min(d.Attempt, MaxAttemptsLimit) + min(base, MaxAttemptsLimit)
 		}
 		if s, ok := d.Headers[HeaderHoldUntil]; ok {
 			until, err := time.Parse(time.RFC3339Nano, s)

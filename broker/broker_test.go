@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
@@ -58,6 +59,15 @@ func TestMessage_Validate(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid message: %v", err)
 	}
+	for _, m := range []broker.Message{
+		{Lane: "l", Kind: "k", MaxAttempts: broker.MaxAttemptsLimit},
+		{Lane: "l", Kind: "k", RunAt: time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Lane: "l", Kind: "k", RunAt: time.Date(2261, 12, 31, 23, 59, 59, 0, time.UTC)},
+	} {
+		if err := m.Validate(); err != nil {
+			t.Errorf("valid message %+v: %v", m, err)
+		}
+	}
 	bad := map[string]broker.Message{
 		"no lane":          {Kind: "k"},
 		"no kind":          {Lane: "l"},
@@ -69,6 +79,15 @@ func TestMessage_Validate(t *testing.T) {
 		"negative max":     {Lane: "l", Kind: "k", MaxAttempts: -1},
 		"empty header":     {Lane: "l", Kind: "k", Headers: map[string]string{"": "v"}},
 		"huge header":      {Lane: "l", Kind: "k", Headers: map[string]string{"h": strings.Repeat("v", 4097)}},
+		"huge max":         {Lane: "l", Kind: "k", MaxAttempts: 3000000000},
+		"max over limit":   {Lane: "l", Kind: "k", MaxAttempts: broker.MaxAttemptsLimit + 1},
+		"run-at year 1":    {Lane: "l", Kind: "k", RunAt: time.Date(1, 6, 1, 0, 0, 0, 0, time.UTC)},
+		"run-at 1969":      {Lane: "l", Kind: "k", RunAt: time.Date(1969, 12, 31, 0, 0, 0, 0, time.UTC)},
+		"run-at 2263":      {Lane: "l", Kind: "k", RunAt: time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"run-at 2262":      {Lane: "l", Kind: "k", RunAt: time.Date(2262, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"run-at 9999":      {Lane: "l", Kind: "k", RunAt: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"id control char":  {Lane: "l", Kind: "k", ID: "a\nb"},
+		"id too long":      {Lane: "l", Kind: "k", ID: strings.Repeat("i", 257)},
 	}
 	for name, m := range bad {
 		if err := m.Validate(); !errors.Is(err, broker.ErrInvalid) {
@@ -95,7 +114,7 @@ func TestEnvelope_RoundTrip(t *testing.T) {
 		!got.EnqueuedAt.Equal(m.EnqueuedAt) || got.MaxAttempts != 9 || got.Headers["a"] != "1" || got.Headers["b"] != "2" {
 		t.Fatalf("round trip = %+v, want %+v", got, m)
 	}
-	empty, err := broker.DecodeEnvelope(broker.EncodeEnvelope(&broker.Message{Lane: "l", Kind: "k"}))
+	empty, err := broker.DecodeEnvelope(broker.EncodeEnvelope(&broker.Message{ID: "x", Lane: "l", Kind: "k"}))
 	if err != nil || !empty.RunAt.IsZero() || empty.Body != nil || empty.Headers != nil {
 		t.Fatalf("empty message round trip = %+v, %v", empty, err)
 	}
@@ -103,6 +122,59 @@ func TestEnvelope_RoundTrip(t *testing.T) {
 		if _, err := broker.DecodeEnvelope(b); err != nil && !errors.Is(err, broker.ErrUndecodable) {
 			t.Errorf("DecodeEnvelope(%q) = %v, want ErrUndecodable", b, err)
 		}
+	}
+}
+
+// TestEnvelope_BadIDIsUndecodable: a message published behind the
+// framework's back with an empty, overlong or control-character ID, or an
+// attempt limit out of range, does not decode, so drivers dead-letter it
+// instead of handing it to the runtime (where the ledger refuses it and it
+// would loop).
+func TestEnvelope_BadIDIsUndecodable(t *testing.T) {
+	t.Parallel()
+	for name, m := range map[string]*broker.Message{
+		"empty id":    {Lane: "l", Kind: "k"},
+		"long id":     {ID: strings.Repeat("i", broker.MaxKeyLen+1), Lane: "l", Kind: "k"},
+		"control id":  {ID: "a\x00b", Lane: "l", Kind: "k"},
+		"del id":      {ID: "a\x7fb", Lane: "l", Kind: "k"},
+		"huge max":    {ID: "x", Lane: "l", Kind: "k", MaxAttempts: broker.MaxAttemptsLimit + 1},
+		"wrapped max": {ID: "x", Lane: "l", Kind: "k", MaxAttempts: 1 << 31},
+	} {
+		_, err := broker.DecodeEnvelope(broker.EncodeEnvelope(m))
+		if !errors.Is(err, broker.ErrUndecodable) {
+			t.Errorf("%s: DecodeEnvelope = %v, want ErrUndecodable", name, err)
+		}
+	}
+	if _, err := broker.DecodeEnvelope(broker.EncodeEnvelope(&broker.Message{ID: strings.Repeat("i", broker.MaxKeyLen), Lane: "l", Kind: "k"})); err != nil {
+		t.Errorf("a %d-byte id: %v", broker.MaxKeyLen, err)
+	}
+}
+
+// TestTimes_NeverWrap: times outside int64 nanoseconds are refused at
+// publish, and delays that overflow are refused, not wrapped.
+func TestTimes_NeverWrap(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, d := range []time.Duration{2562047 * time.Hour, time.Duration(math.MaxInt64), 250 * 365 * 24 * time.Hour, -time.Second} {
+		if at, err := broker.After("delay", now, d); !errors.Is(err, broker.ErrInvalid) {
+			t.Errorf("After(%v) = %v, %v; want ErrInvalid", d, at, err)
+		}
+	}
+	if at, err := broker.After("delay", now, 90*time.Second); err != nil || !at.Equal(now.Add(90*time.Second)) {
+		t.Errorf("After(90s) = %v, %v", at, err)
+	}
+	year1 := time.Date(1, 6, 1, 0, 0, 0, 0, time.UTC)
+	y9999 := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+	if got := broker.UnixNano(year1); got != math.MinInt64+1 {
+		t.Errorf("UnixNano(year 1) = %d, want clamped", got)
+	}
+	if got := broker.UnixNano(y9999); got != math.MaxInt64 {
+		t.Errorf("UnixNano(9999) = %d, want clamped", got)
+	}
+	// An envelope never turns a far time into an early one.
+	m, err := broker.DecodeEnvelope(broker.EncodeEnvelope(&broker.Message{ID: "x", Lane: "l", Kind: "k", RunAt: y9999}))
+	if err != nil || m.RunAt.Year() < 2262 {
+		t.Errorf("run-at 9999 decoded as %v (%v)", m.RunAt, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"time"
 )
@@ -54,7 +55,9 @@ func EncodeEnvelope(m *Message) []byte {
 
 // DecodeEnvelope decodes bytes made by EncodeEnvelope. The message's Body
 // aliases b (no copy): do not modify b afterwards. Errors match
-// ErrUndecodable; it never panics on any input.
+// ErrUndecodable; it never panics on any input. A message whose ID or
+// MaxAttempts is out of range (CheckDecoded) is undecodable too: it can
+// only have been published behind the framework's back.
 func DecodeEnvelope(b []byte) (*Message, error) {
 	if len(b) < 3 || b[0] != 'S' || b[1] != 'Y' {
 		return nil, fmt.Errorf("%w: not a switchyard envelope", ErrUndecodable)
@@ -87,6 +90,9 @@ func DecodeEnvelope(b []byte) (*Message, error) {
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUndecodable, r.err)
+	}
+	if err := CheckDecoded(m); err != nil {
+		return nil, err
 	}
 	if len(r.b) > 0 {
 		m.Body = r.b[:len(r.b):len(r.b)]
@@ -144,9 +150,30 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// unixNano is t in Unix nanoseconds, 0 for the zero time. Times beyond
+// what int64 nanoseconds hold are clamped rather than wrapped (Publish
+// refuses them; see ValidateTime).
 func unixNano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
+	}
+	return UnixNano(t)
+}
+
+var (
+	minNanoTime = time.Unix(0, math.MinInt64+1)
+	maxNanoTime = time.Unix(0, math.MaxInt64)
+)
+
+// UnixNano is t.UnixNano(), clamped to the int64 range instead of wrapping
+// for times before 1678 or after 2262. Drivers that store times as Unix
+// nanoseconds use it.
+func UnixNano(t time.Time) int64 {
+	switch {
+	case t.Before(minNanoTime):
+		return math.MinInt64 + 1
+	case t.After(maxNanoTime):
+		return math.MaxInt64
 	}
 	return t.UnixNano()
 }

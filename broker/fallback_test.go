@@ -124,3 +124,23 @@ func TestBroker_ReplayAfterHeldNack(t *testing.T) {
 		t.Errorf("framework header %s survived the replay", k)
 	}
 }
+
+// A tampered attempt-base header cannot wrap the attempt number around
+// (before, 9223372036854775807 made it negative, so the message never
+// reached its attempt limit): it is clamped and the message dead-lettered.
+func TestBroker_AttemptBaseNeverWraps(t *testing.T) {
+	t.Parallel()
+	b := openReduced(t)
+	ctx := context.Background()
+	if _, err := b.PublishOne(ctx, &broker.Message{Lane: "l", Kind: "k", MaxAttempts: 5,
+		Headers: map[string]string{broker.HeaderAttemptBase: "9223372036854775807"}}); err != nil {
+		t.Fatal(err)
+	}
+	if ds := recv(t, b, "l", 200*time.Millisecond); len(ds) != 0 {
+		t.Fatalf("delivered at attempt %d, want dead-lettered", ds[0].Attempt)
+	}
+	dead, err := b.Receive(ctx, broker.ReceiveRequest{Lane: "l", Max: 1, Lease: time.Minute, DeadLetters: true})
+	if err != nil || len(dead) != 1 || dead[0].DeadLetter.Reason != broker.ReasonMaxAttempts {
+		t.Fatalf("dead letters: %d, %v", len(dead), err)
+	}
+}

@@ -34,12 +34,14 @@ type Message struct {
 	// Tenant scopes idempotency keys and fairness. Empty is the default tenant.
 	Tenant string
 	// RunAt, when in the future, delays the first delivery until then.
+	// Zero or within MinYear..MaxYear (see ValidateTime).
 	RunAt time.Time
 	// EnqueuedAt is set by Publish.
 	EnqueuedAt time.Time
 	// MaxAttempts bounds deliveries: a message whose next delivery would be
 	// attempt MaxAttempts+1 is dead-lettered with ReasonMaxAttempts instead of
-	// being delivered. Zero means the broker's default (see Options).
+	// being delivered. Zero means the broker's default (see Options); at
+	// most MaxAttemptsLimit.
 	MaxAttempts int
 }
 
@@ -137,7 +139,78 @@ const (
 	MaxKeyLen    = 256  // idempotency key, ordering key, tenant, ID
 	MaxHeaders   = 64   // number of headers
 	MaxHeaderLen = 4096 // bytes in one header value
+
+	// MaxAttemptsLimit is the largest MaxAttempts a message may ask for.
+	// Drivers whose broker counts deliveries itself (RabbitMQ quorum
+	// queues, JetStream consumers) set their broker's limit to at least
+	// this, so a message's own limit is never cut short by the broker's.
+	MaxAttemptsLimit = 1_000_000
+
+	// MinYear and MaxYear bound every time a message carries (RunAt, its
+	// deadline header): from 1970-01-01 UTC up to, not including,
+	// 2262-01-01 UTC. Brokers and ledgers store times as int64 Unix
+	// nanoseconds, which wrap outside 1677–2262; a time outside these
+	// bounds is refused with ErrInvalid rather than stored wrapped.
+	MinYear = 1970
+	MaxYear = 2261
 )
+
+var (
+	minTime = time.Date(MinYear, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxTime = time.Date(MaxYear+1, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// ValidateTime reports whether t is zero (unset) or within MinYear and
+// MaxYear; what names the field in the error (ErrInvalid).
+func ValidateTime(what string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	if t.Before(minTime) || !t.Before(maxTime) {
+		return invalidf("%s %s is outside the supported range %d-01-01 to %d-12-31 UTC", what, t.UTC().Format(time.RFC3339), MinYear, MaxYear)
+	}
+	return nil
+}
+
+// After returns now+d for a delay d, refusing (ErrInvalid) a negative d
+// and one that lands beyond MaxYear (durations of about 292 years wrap
+// when added to Unix nanoseconds).
+func After(what string, now time.Time, d time.Duration) (time.Time, error) {
+	if d < 0 {
+		return time.Time{}, invalidf("%s %v is negative", what, d)
+	}
+	if d > maxTime.Sub(now) {
+		return time.Time{}, invalidf("%s %v runs past the supported range (until %d-12-31 UTC)", what, d, MaxYear)
+	}
+	return now.Add(d), nil
+}
+
+// ValidateID reports whether id is a valid message ID: 1–256 bytes
+// (MaxKeyLen) without control characters. Publish assigns an ID to a
+// message without one; drivers check decoded messages with it, so that a
+// message published behind the framework's back with a bad ID is
+// dead-lettered as undecodable instead of reaching the runtime.
+func ValidateID(id string) error {
+	if id == "" {
+		return invalidf("id is empty")
+	}
+	return validateKey("id", id)
+}
+
+// CheckDecoded checks the fields of a message a driver decoded from its
+// broker that the framework relies on: a valid ID (ValidateID) and
+// MaxAttempts within 0..MaxAttemptsLimit. Its error matches ErrUndecodable
+// (and ErrInvalid); the driver dead-letters such a message with
+// ReasonUndecodable.
+func CheckDecoded(m *Message) error {
+	if err := ValidateID(m.ID); err != nil {
+		return fmt.Errorf("%w: %w", ErrUndecodable, err)
+	}
+	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+		return fmt.Errorf("%w: %w", ErrUndecodable, invalidf("max attempts %d is outside 0..%d", m.MaxAttempts, MaxAttemptsLimit))
+	}
+	return nil
+}
 
 // ValidateName reports whether s is a valid lane or kind name: 1–128
 // characters of letters, digits and "_.:-", not starting with punctuation.
@@ -198,8 +271,14 @@ func (m *Message) Validate() error {
 			return invalidf("header %q is %d bytes, the limit is %d", k, len(v), MaxHeaderLen)
 		}
 	}
-	if m.MaxAttempts < 0 {
-		return invalidf("max attempts %d is negative", m.MaxAttempts)
+	if m.MaxAttempts < 0 || m.MaxAttempts > MaxAttemptsLimit {
+		return invalidf("max attempts %d is outside 0..%d", m.MaxAttempts, MaxAttemptsLimit)
+	}
+	if err := ValidateTime("run-at", m.RunAt); err != nil {
+		return err
+	}
+	if err := ValidateTime("enqueued-at", m.EnqueuedAt); err != nil {
+		return err
 	}
 	return nil
 }

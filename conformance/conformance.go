@@ -75,6 +75,7 @@ var Cases = []Case{
 	{"TooLarge", TestTooLarge},
 	{"Invalid", TestInvalid},
 	{"Undecodable", TestUndecodable},
+	{"BadID", TestBadID},
 	{"Stats", TestStats},
 	{"ReceiveCancel", TestReceiveCancel},
 	{"Outage", TestOutage},

@@ -108,8 +108,14 @@
 //
 // A dead letter is an asynq archived task, with its record in sy_dl.
 // Undecodable tasks (bytes that are not a TaskMessage, an empty type, an ID
-// that does not match the key) are archived by Receive itself with
-// ReasonUndecodable and the stored bytes kept. Receive with DeadLetters
+// that does not match the key, or an ID that is empty, over 256 bytes or
+// has control characters) are archived by Receive itself with
+// ReasonUndecodable and the stored bytes kept. A pending ID whose task hash
+// or msg field is missing is archived the same way, with a placeholder
+// message of kind switchyard.missing-task-message naming the ID, and a
+// warning is logged; an expired lease whose hash is gone altogether cannot
+// be archived and is removed with a warning. A plain asynq client's
+// MaxRetry above broker.MaxAttemptsLimit-1 is read as MaxAttemptsLimit. Receive with DeadLetters
 // leases archived tasks (asynq:{q}:sy:dlease); Ack deletes one, Replay
 // puts it back live with Retried 0. Tasks archived by asynq itself get
 // ReasonMaxAttempts (retries exhausted) or ReasonPermanent and asynq's

@@ -307,14 +307,31 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 			again bool
 			err   error
 		)
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, &broker.Error{Op: "receive", Class: broker.Transient, Err: cerr}
+		}
+		// The script runs to its end even if ctx ends meanwhile: a reply
+		// abandoned mid-flight would leave its tasks leased to no one
+		// until the lease ends. Redis's read timeout still bounds it.
+		sctx := context.WithoutCancel(ctx)
 		if req.DeadLetters {
-			ds, err = d.receiveDead(ctx, k, req)
+			ds, err = d.receiveDead(sctx, k, req)
 			next = -1
 		} else {
-			ds, next, again, err = d.dequeue(ctx, k, req)
+			ds, next, again, err = d.dequeue(sctx, k, req)
 		}
 		if err != nil {
 			return nil, err
+		}
+		if cerr := ctx.Err(); cerr != nil && len(ds) > 0 {
+			// Cancelled: a caller that gave up may drop the deliveries;
+			// give them back unspent first.
+			for _, dv := range ds {
+				if rerr := d.Release(sctx, dv, 0); rerr != nil {
+					d.log.Warn("asynq: could not give back a task taken by a cancelled receive; it comes back after its lease", "queue", k.name, "id", dv.ID, "err", rerr)
+				}
+			}
+			return nil, &broker.Error{Op: "receive", Class: broker.Transient, Err: cerr}
 		}
 		left := time.Until(deadline)
 		if len(ds) > 0 || req.Wait <= 0 || left <= 0 {
@@ -366,6 +383,10 @@ func (d *Driver) dequeue(ctx context.Context, k *keys, req broker.ReceiveRequest
 		id, _ := items[i].(string)
 		raw, _ := items[i+1].(string)
 		tok, _ := items[i+2].(string)
+		if raw == "" {
+			d.deadLetterMissing(ctx, k, id, tok)
+			continue
+		}
 		tm, err := decodeTaskMessage([]byte(raw))
 		var m *broker.Message
 		if err == nil {
@@ -407,7 +428,13 @@ func (d *Driver) recoverExpired(ctx context.Context, k *keys, expired []any, now
 		raw, _ := expired[i+1].(string)
 		tok, _ := expired[i+2].(string)
 		if raw == "" {
-			argv = append(argv, id, tok, "")
+			if !d.deadLetterMissing(ctx, k, id, tok) {
+				// The hash is gone altogether: nothing to archive. The
+				// recover script drops the orphan id; say so.
+				d.log.Warn("asynq: removed a leased task id whose task hash is gone (deleted behind the framework's back); no dead letter is possible",
+					"queue", k.name, "id", id)
+				argv = append(argv, id, tok, "")
+			}
 			continue
 		}
 		tm, err := decodeTaskMessage([]byte(raw))
@@ -432,6 +459,28 @@ func (d *Driver) recoverExpired(ctx context.Context, k *keys, expired []any, now
 	}
 	return n, nil
 }
+
+// deadLetterMissing archives a task id that was pending without a task hash
+// or without its msg field (deleted or written behind the framework's
+// back), with ReasonUndecodable and a placeholder message naming the id so
+// that asynq's tools can list it. It reports whether the dead letter was
+// written.
+func (d *Driver) deadLetterMissing(ctx context.Context, k *keys, id, tok string) bool {
+	cause := fmt.Sprintf("%v: task %q was pending without a task hash or without its msg field (deleted or written behind Switchyard's back)", broker.ErrUndecodable, id)
+	d.log.Warn("asynq: dead-lettering a pending task id without a task message", "queue", k.name, "id", id)
+	dl := &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: cause, At: time.Now().UTC()}
+	placeholder := (&taskMessage{Type: missingKind, ID: id, Queue: k.name}).encode()
+	lost, err := d.archive(ctx, k, id, tok, string(placeholder), dl)
+	if err != nil {
+		d.log.Warn("could not dead-letter a task without a task message; it will be retried after its lease", "queue", k.name, "id", id, "err", err)
+		return true // still leased: tried again when the lease ends
+	}
+	return !lost
+}
+
+// missingKind is the kind of the placeholder message of a dead letter whose
+// task message was missing.
+const missingKind = "switchyard.missing-task-message"
 
 // deadLetterUndecodable archives a task whose stored message cannot be
 // decoded, keeping the bytes as they are. A failure leaves the task leased;

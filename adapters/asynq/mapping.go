@@ -135,5 +135,14 @@ func fromTask(t *taskMessage, id, lane string) (*broker.Message, error) {
 			return nil, fmt.Errorf("%w: header %s is not an RFC 3339 time", broker.ErrUndecodable, k)
 		}
 	}
+	if m.MaxAttempts > broker.MaxAttemptsLimit {
+		// A plain asynq client's MaxRetry beyond the framework's range.
+		m.MaxAttempts = broker.MaxAttemptsLimit
+	}
+	if err := broker.CheckDecoded(m); err != nil {
+		// An ID a plain asynq client or a tampered hash gave it: the
+		// runtime's ledger would refuse it and it would loop.
+		return nil, err
+	}
 	return m, nil
 }

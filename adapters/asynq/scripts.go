@@ -108,7 +108,8 @@ return out
 // 5 max, 6 scan window when ordering locks block the head of the queue
 //
 // Returns {next wake in ms or -1, {id, msg, token}..., {id, msg, token}...
-// of expired leases}.
+// of expired leases}. A pending id without a task hash or msg field is
+// leased with an empty msg: the driver dead-letters it as undecodable.
 var dequeueScript = redis.NewScript(`
 local prefix = ARGV[1]
 local now = tonumber(ARGV[2])
@@ -164,7 +165,10 @@ if redis.call("EXISTS", KEYS[4]) == 0 then
     local key = prefix .. id
     local f = redis.call("HMGET", key, "msg", "sy_okey")
     if not f[1] then
-      redis.call("LREM", KEYS[2], 1, id)
+      -- No task hash, or no msg field (deleted or written behind the
+      -- framework's back): leased with an empty msg, so that the driver
+      -- dead-letters it with a reason instead of the id vanishing.
+      lease(id, key, "", false)
     elseif f[2] and blockedBy(f[2], id) then
       redis.call("LREM", KEYS[2], 1, id)
       redis.call("RPUSH", KEYS[1], id)

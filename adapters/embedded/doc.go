@@ -45,7 +45,12 @@
 // transaction, so they share the queues safely; publishes from another
 // process are seen within one poll interval. This is tested with a second
 // process publishing and consuming beside the first. A file that is not a
-// Switchyard SQLite database, or is corrupt, fails at open with ErrInvalid.
+// Switchyard SQLite database (not SQLite, or another application's SQLite
+// database with tables of its own), or is corrupt, fails at open with
+// ErrInvalid and is left unchanged; a missing or empty file becomes a new
+// database. Paths are escaped for SQLite's file: URI ("#", "?" and "%" name
+// themselves: embedded:///data/b%23c.db is the file b#c.db); a NUL or other
+// control character in the path is ErrInvalid.
 //
 // A new database file is created 0600 (SQLite gives its -wal and -shm the
 // same mode) and missing directories 0700, whatever the umask; an existing

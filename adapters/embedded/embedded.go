@@ -1,11 +1,13 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
@@ -158,12 +160,20 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 		// does; sharedDB keeps one open while any driver uses it.
 		dsn = "file:" + url.PathEscape("switchyard-"+c.MemoryName) + "?mode=memory&cache=shared&_pragma=busy_timeout(10000)&_txlock=immediate"
 	} else {
+		if strings.ContainsFunc(c.Path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, broker.Invalidf("embedded: database path %q contains a NUL or control character", c.Path)
+		}
 		abs, err := filepath.Abs(c.Path)
 		if err != nil {
 			return nil, broker.Invalidf("embedded: bad path: %v", err)
 		}
 		if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
 			return nil, broker.Invalidf("embedded: %s is a directory, not a database file", abs)
+		}
+		// A file that exists must be a Switchyard database (or empty): it
+		// is refused, untouched, otherwise.
+		if err := checkExisting(ctx, abs); err != nil {
+			return nil, err
 		}
 		// A new database is created 0600 in a 0700 directory (SQLite gives
 		// its -wal and -shm files the database's mode); wider existing
@@ -176,7 +186,7 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 		if c.SyncFull {
 			sync = "FULL"
 		}
-		dsn = "file:" + abs + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
+		dsn = "file:" + uriPath(abs) + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
 	}
 	s, err := acquireShared(ctx, key, dsn, c.Memory)
 	if err != nil {
@@ -186,6 +196,79 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 	d.wg.Add(1)
 	go d.janitor()
 	return d, nil
+}
+
+// uriPath escapes a file path for a SQLite "file:" URI, where "?" starts
+// the parameters, "#" a fragment and "%" an escape: left as they are, a
+// path like b#c.db opened "b" without the WAL and busy-timeout pragmas.
+func uriPath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// checkExisting refuses, without modifying it, an existing non-empty file
+// that is not a Switchyard embedded database: a file that is not SQLite,
+// and a SQLite database with tables but none of ours (another
+// application's, or a Switchyard ledger), which opening would otherwise
+// switch to WAL and fill with the broker's tables. A missing or empty file
+// is fine: it becomes a new database.
+func checkExisting(ctx context.Context, abs string) error {
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return broker.Wrap("open", broker.Permanent, fmt.Errorf("embedded: cannot read %s: %w", abs, err))
+	}
+	buf := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, buf)
+	f.Close()
+	if n == 0 && (err == nil || errors.Is(err, io.EOF)) {
+		return nil
+	}
+	if err != nil || !bytes.Equal(buf, sqliteHeader) {
+		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database (it is not a SQLite file)", abs)
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro")
+	if err != nil {
+		return classifyOpen(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+	if err != nil {
+		return classifyOpen(err)
+	}
+	defer rows.Close()
+	var names []string
+	ours := false
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return classifyOpen(err)
+		}
+		ours = ours || name == "sy_meta"
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return classifyOpen(err)
+	}
+	if len(names) > 0 && !ours {
+		if len(names) > 5 {
+			names = append(names[:5], "…")
+		}
+		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database: it is another SQLite database (tables %s); left unchanged", abs, strings.Join(names, ", "))
+	}
+	return nil
 }
 
 // sharedDB is one *sql.DB per database per process, shared by every driver
@@ -412,7 +495,7 @@ func nano(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixNano()
+	return broker.UnixNano(t) // clamped, never wrapped
 }
 
 func fromNano(n int64) time.Time {
@@ -587,7 +670,7 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 	leaseEnd := now + int64(req.Lease)
 	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, classify("receive", err)
+		return nil, d.receiveErr(ctx, err)
 	}
 	defer tx.Rollback()
 	q := receiveSQL
@@ -599,11 +682,11 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 	}
 	st, err := d.txStmt(ctx, tx, q)
 	if err != nil {
-		return nil, classify("receive", err)
+		return nil, d.receiveErr(ctx, err)
 	}
 	rows, err := st.QueryContext(ctx, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
 	if err != nil {
-		return nil, classify("receive", err)
+		return nil, d.receiveErr(ctx, err)
 	}
 	var out []*broker.Delivery
 	type bad struct {
@@ -623,7 +706,7 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		}
 		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
-			return nil, classify("receive", err)
+			return nil, d.receiveErr(ctx, err)
 		}
 		dv := &broker.Delivery{
 			Message: broker.Message{
@@ -640,6 +723,12 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		}
 		if decodeErr == nil {
 			decodeErr = broker.ValidateName("kind", kind)
+		}
+		if decodeErr == nil {
+			// A row written behind the framework's back (or tampered
+			// with): a bad ID would loop in the runtime, whose ledger
+			// refuses it.
+			decodeErr = broker.CheckDecoded(&dv.Message)
 		}
 		if req.DeadLetters {
 			if len(dlb) > 0 {
@@ -666,20 +755,48 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, classify("receive", err)
+		return nil, d.receiveErr(ctx, err)
 	}
 	rows.Close()
 	for _, b := range toDead {
 		enc, _ := broker.EncodeDeadLetter(b.dl)
 		if _, err := tx.ExecContext(ctx, `UPDATE sy_messages SET dead = 1, lease_token = 0, visible_at = ?, dead_letter = ? WHERE seq = ?`,
 			now, enc, b.seq); err != nil {
-			return nil, classify("receive", err)
+			return nil, d.receiveErr(ctx, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, classify("receive", err)
+		return nil, d.receiveErr(ctx, err)
+	}
+	if err := ctx.Err(); err != nil && len(out) > 0 {
+		// Cancelled after the lease was taken: a caller that gave up may
+		// drop the deliveries, so give them back unspent first.
+		rel := context.WithoutCancel(ctx)
+		q := `UPDATE sy_messages SET visible_at = ?, lease_token = 0, attempts = MAX(attempts - 1, 0) WHERE seq = ? AND lease_token = ?`
+		if req.DeadLetters {
+			q = `UPDATE sy_messages SET visible_at = ?, lease_token = 0 WHERE seq = ? AND lease_token = ?`
+		}
+		for _, dv := range out {
+			h := dv.Handle.(handle)
+			if rerr := d.exec(rel, "receive", dv, q, now, h.seq, h.token); rerr != nil {
+				return nil, d.receiveErr(ctx, rerr) // it comes back when its lease ends
+			}
+		}
+		d.wake(req.Lane)
+		return nil, broker.Wrap("receive", broker.Transient, err)
 	}
 	return out, nil
+}
+
+// receiveErr classifies a receive error; once ctx has ended it is the
+// context's error (database/sql rolls the transaction back when the context
+// ends, and later calls on it fail with sql.ErrTxDone, which is not the
+// cause).
+func (d *Driver) receiveErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return broker.Wrap("receive", broker.Transient, cerr)
+	}
+	return classify("receive", err)
 }
 
 func limitOr(n int64, def int) int64 {

@@ -91,7 +91,12 @@
 //     stream and moves each such message (read by stream sequence) to the
 //     dead-letter stream with broker.ReasonDeliveryLimit, then deletes it
 //     from the live stream. The server notices the limit when a consumer
-//     next pulls. Keep max_deliver above the MaxAttempts you use.
+//     next pulls. MaxDeliver counts every delivery, nacks included, so
+//     Publish refuses (ErrInvalid) a message whose MaxAttempts is above
+//     max_deliver rather than let the broker cut its attempts short: use
+//     max_deliver=-1 (unlimited; Switchyard enforces MaxAttempts) for
+//     larger limits. An existing consumer keeps its MaxDeliver; opening
+//     with another value is refused (see Topology).
 //   - Dead letters keep reason, error and attempt history (a JSON record in
 //     a header; very long histories are trimmed to fit). Undecodable
 //     messages are dead-lettered by Receive with broker.ReasonUndecodable

@@ -64,6 +64,10 @@ type Driver struct {
 	keepMu sync.Mutex
 	kept   map[*handle]struct{} // deliveries whose lease outlasts AckWait (lease.go)
 
+	// fetched, when set (tests only), runs in Receive after messages were
+	// fetched, before they are turned into deliveries.
+	fetched func()
+
 	closed  atomic.Bool
 	closing <-chan struct{} // closed by Close: waiting fetches give up
 	stop    context.CancelFunc

@@ -44,6 +44,13 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	var lastLane, lastSubj string // batches are usually one lane
 	for i, m := range msgs {
 		res[i].ID = m.ID
+		if d.cfg.maxDeliver > 0 && m.MaxAttempts > d.cfg.maxDeliver {
+			// The consumer's MaxDeliver counts every delivery, nacks
+			// included: it would cut the message's attempts short.
+			res[i].Err = broker.Invalidf("nats: publish: max attempts %d is above the consumers' max_deliver %d, which would dead-letter the message early: "+
+				"lower MaxAttempts, or open the driver with max_deliver=-1 (unlimited; Switchyard enforces MaxAttempts) or at least %d", m.MaxAttempts, d.cfg.maxDeliver, m.MaxAttempts)
+			continue
+		}
 		if m.Lane != lastLane || lastSubj == "" {
 			lastLane, lastSubj = m.Lane, d.names.liveSubj(m.Lane)
 		}
@@ -56,7 +63,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		}
 		if m.RunAt.After(now) {
 			nm.Subject = d.names.delayedSubj(m.Lane)
-			nm.Header.Set(headerRunAt, strconv.FormatInt(m.RunAt.UnixNano(), 10))
+			nm.Header.Set(headerRunAt, strconv.FormatInt(broker.UnixNano(m.RunAt), 10)) // clamped, never wrapped
 		}
 		f, err := d.js.PublishMsgAsync(nm)
 		if err != nil {

@@ -78,7 +78,14 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 				}
 			}
 		}
-		if err := ctx.Err(); err != nil && len(msgs) == 0 {
+		if d.fetched != nil && len(msgs) > 0 {
+			d.fetched()
+		}
+		if err := ctx.Err(); err != nil {
+			// Cancelled: a caller that gave up must not be handed messages
+			// it may drop (they would be held until their AckWait ends).
+			// Give back what was fetched, at once.
+			giveBack(msgs)
 			return nil, classify("receive", err)
 		}
 		out := make([]*broker.Delivery, 0, len(msgs))
@@ -131,6 +138,15 @@ func (d *Driver) fetch(ctx context.Context, lc *laneConsumer, n int, wait time.D
 			go nakRest(ch)
 			return out, nil
 		}
+	}
+}
+
+// giveBack hands fetched messages back for immediate redelivery. JetStream
+// counts the delivery all the same (the next one has the next attempt
+// number); there is no way to take a delivery back unspent.
+func giveBack(msgs []jetstream.Msg) {
+	for _, m := range msgs {
+		_ = m.Nak()
 	}
 }
 

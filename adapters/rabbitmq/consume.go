@@ -230,6 +230,11 @@ func (c *consumer) pump(ch *amqp.Channel, tag string, deliveries <-chan amqp.Del
 // receive hands out up to req.Max deliveries, waiting up to req.Wait.
 func (c *consumer) receive(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
 	const op = "rabbitmq: receive"
+	if err := ctx.Err(); err != nil {
+		// Nothing to do for a caller that gave up; and an RPC started
+		// with an ended context closes its channel under the RPC.
+		return nil, classify(op, err)
+	}
 	until := time.Now().Add(req.Wait)
 	c.mu.Lock()
 	if c.closed {
@@ -296,7 +301,33 @@ func (c *consumer) receive(ctx context.Context, req broker.ReceiveRequest) ([]*b
 			return nil, classify(op, ctx.Err())
 		}
 	}
+	if err := ctx.Err(); err != nil {
+		// Cancelled: a caller that gave up may drop the deliveries, which
+		// would stay unacked on the channel until it closes. Put them back
+		// in the buffer, unspent, for the next Receive (or the idle
+		// release).
+		c.unTake(ch, got)
+		return nil, classify(op, err)
+	}
 	return c.handOut(ctx, ch, got, req.Lease), nil
+}
+
+// unTake puts deliveries taken from the buffer (or by basic.get) back at
+// its front. Deliveries of a channel that has closed since are dropped:
+// RabbitMQ requeued them with the channel.
+func (c *consumer) unTake(ch *amqp.Channel, got []amqp.Delivery) {
+	if len(got) == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.ch == ch && ch != nil && !ch.IsClosed() {
+		c.buf = append(append(make([]amqp.Delivery, 0, len(got)+len(c.buf)), got...), c.buf...)
+		for _, dv := range got {
+			c.bufBy[dv.ConsumerTag]++
+		}
+	}
+	c.mu.Unlock()
+	c.ping()
 }
 
 // poll takes what is ready now without waiting, so that a Wait of 0 needs

@@ -85,9 +85,12 @@ func (c *consumer) deadLetterUndecodable(ctx context.Context, ch *amqp.Channel, 
 	_ = ch.Ack(dv.DeliveryTag, false)
 }
 
-// attemptOf computes a live delivery's attempt from its headers.
+// attemptOf computes a live delivery's attempt from its headers. Each part
+// is clamped to 0..broker.MaxAttemptsLimit, so a tampered header can neither
+// wrap the attempt around nor make it negative.
 func attemptOf(h amqp.Table) int {
-	return intHeader(h, hdrPrior) + intHeader(h, hdrDeliveryCount) + 1
+	clamp := func(n int) int { return max(0, min(n, broker.MaxAttemptsLimit)) }
+	return clamp(intHeader(h, hdrPrior)) + clamp(intHeader(h, hdrDeliveryCount)) + 1
 }
 
 // deadLetterOf reads the dead-letter record of a message in a dead-letter
@@ -108,7 +111,8 @@ func deadLetterOf(dv amqp.Delivery, limit int) (*broker.DeadLetter, int) {
 	}
 	dl := &broker.DeadLetter{
 		Reason: broker.ReasonDeliveryLimit,
-		Error:  fmt.Sprintf("RabbitMQ dead-lettered the message after its delivery limit (x-delivery-limit=%d): a consumer took it and never acked it", limit),
+		Error: fmt.Sprintf("RabbitMQ dead-lettered the message after its delivery limit (x-delivery-limit=%d): it was delivered that many times in a row "+
+			"without being settled (its consumers crashed, lost their connection or let the lease expire); nacks do not count", limit),
 	}
 	if deaths, ok := dv.Headers["x-death"].([]any); ok {
 		for _, e := range deaths {

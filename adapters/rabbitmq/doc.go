@@ -61,7 +61,13 @@
 //   - Dedup: no (Broker's DedupStore covers it). Ordering: no (the
 //     framework's fallback). MaxAttempts: no (Broker dead-letters on
 //     receive); x-delivery-limit is a safety net for a message that crashes
-//     every consumer before Broker can see its attempt number.
+//     every consumer before Broker can see its attempt number. It counts
+//     only deliveries nobody settled in a row (crashes, lost connections,
+//     expired leases): Nack republishes the message with its attempt in a
+//     header instead of requeueing it, so explicit retries never reach the
+//     limit and a Message.MaxAttempts above delivery_limit is honoured.
+//     Message IDs longer than 255 bytes (an AMQP short string) travel in
+//     the envelope only, not in the message-id property.
 //   - DeadLetterReasons: yes. MaxBatch: none. OldestReadyAge: no.
 //
 // # Delivery semantics

@@ -168,9 +168,13 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	return first
 }
 
-// Nack makes the message deliverable again after delay: at once with a
-// native requeue (which raises x-delivery-count), or through the delay queue
-// of the delay's bucket with the attempt carried in a header.
+// Nack makes the message deliverable again after delay: republished with
+// the attempt carried in a header, to the work queue (no delay) or to the
+// delay queue of the delay's bucket, then acked. A native requeue would
+// raise x-delivery-count, and the queue's x-delivery-limit would then
+// dead-letter a message that asked for more attempts than the limit;
+// republishing keeps the count for deliveries nobody settled (crashes,
+// expired leases). A dead-letter queue's delivery is requeued natively.
 func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Duration) error {
 	const op = "rabbitmq: nack"
 	if d.closed.Load() {
@@ -180,7 +184,7 @@ func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 	if err != nil {
 		return err
 	}
-	if delay <= 0 || l.c.dead {
+	if l.c.dead {
 		return settle(op, l, func() error { return l.ch.Nack(l.tag, false, true) })
 	}
 	return settle(op, l, func() error {

@@ -172,13 +172,25 @@ func (p *publisher) sendOne(ctx context.Context, op string, m outMsg) error {
 	return p.send(ctx, op, []outMsg{m})[0]
 }
 
-// publishing builds the AMQP message for an encoded envelope.
+// maxShortstr is the longest AMQP short string (message-id, type): a
+// longer one makes amqp091-go fail the frame, which closes the connection
+// for every lane.
+const maxShortstr = 255
+
+// publishing builds the AMQP message for an encoded envelope. The
+// envelope carries the ID; the message-id property repeats it for tools
+// when it fits an AMQP short string (IDs may be up to broker.MaxKeyLen,
+// 256 bytes).
 func publishing(m *broker.Message, body []byte, headers amqp.Table) amqp.Publishing {
+	id := m.ID
+	if len(id) > maxShortstr {
+		id = ""
+	}
 	return amqp.Publishing{
 		Headers:      headers,
 		ContentType:  contentType,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    m.ID,
+		MessageId:    id,
 		Type:         m.Kind,
 		Timestamp:    time.Now(),
 		AppId:        "switchyard",

@@ -127,8 +127,10 @@
 // never sees it. SQS's own redrive (after max_receives receives, e.g. a
 // message that crashes every consumer before Broker's attempt check can
 // run) moves messages without a record: they come out of the dead-letter
-// queue with ReasonDeliveryLimit. Keep max_receives above every message's
-// MaxAttempts so that Broker's ReasonMaxAttempts applies first. Replay
+// queue with ReasonDeliveryLimit. Every receive counts toward it, nacks
+// included, so Publish refuses (ErrInvalid) a message whose MaxAttempts is
+// above max_receives (at most 1,000, SQS's own cap) rather than let the
+// redrive cut its attempts short. Replay
 // sends a dead letter back as a new SQS message (attempts restart at 1)
 // and deletes it from the dead-letter queue.
 //

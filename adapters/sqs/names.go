@@ -137,5 +137,5 @@ func nanos(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
-	return t.UnixNano()
+	return broker.UnixNano(t) // clamped, never wrapped
 }

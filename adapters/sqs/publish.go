@@ -31,6 +31,13 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 			continue
 		}
 		res[i].ID = m.ID
+		if m.MaxAttempts > d.cfg.MaxReceives {
+			// Every receive counts toward the redrive policy, nacks
+			// included: SQS would cut the message's attempts short.
+			res[i].Err = broker.Invalidf("sqs: publish: max attempts %d is above the queues' max_receives %d (the redrive policy's maxReceiveCount), "+
+				"which would dead-letter the message early: lower MaxAttempts or open with max_receives up to %d", m.MaxAttempts, d.cfg.MaxReceives, maxReceivesSQS)
+			continue
+		}
 		if _, ok := byLane[m.Lane]; !ok {
 			order = append(order, m.Lane)
 		}

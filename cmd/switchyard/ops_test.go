@@ -393,6 +393,10 @@ func TestCLI_Enqueue(t *testing.T) {
 		{1, "RFC 3339", []string{"--kind", "k", "--args", "{}", "--run-at", "tomorrow"}},
 		{1, "key=value", []string{"--kind", "k", "--args", "{}", "--meta", "novalue"}},
 		{1, "lane", []string{"--kind", "k", "--args", "{}", "--lane", "bad lane"}},
+		{1, "delay 2562047h0m0s runs past the supported range", []string{"--kind", "k", "--args", "{}", "--delay", "2562047h"}},
+		{1, "outside the supported range", []string{"--kind", "k", "--args", "{}", "--run-at", "2263-01-01T00:00:00Z"}},
+		{1, "outside the supported range", []string{"--kind", "k", "--args", "{}", "--deadline", "9999-01-01T00:00:00Z"}},
+		{1, "max_attempts 3000000000", []string{"--kind", "k", "--args", "{}", "--max-attempts", "3000000000"}},
 	} {
 		expectFail(t, c.code, c.want, append(append([]string{"enqueue"}, c.args...), common...)...)
 	}

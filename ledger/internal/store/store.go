@@ -102,6 +102,18 @@ func CreateTask(op string, t *ledger.Task, now time.Time) (*ledger.Task, error) 
 	if t.Attempt < 0 {
 		return nil, Invalid(op, "attempt %d is negative", t.Attempt)
 	}
+	// Times are stored as int64 Unix nanoseconds: refuse what would wrap.
+	for _, f := range [...]struct {
+		what string
+		t    time.Time
+	}{{"run-at", t.RunAt}, {"deadline", t.Deadline}} {
+		if err := broker.ValidateTime(f.what, f.t); err != nil {
+			return nil, broker.Wrap(op, broker.Permanent, err)
+		}
+	}
+	if t.MaxAttempts > broker.MaxAttemptsLimit {
+		return nil, Invalid(op, "max attempts %d is above %d", t.MaxAttempts, broker.MaxAttemptsLimit)
+	}
 	c := *t
 	if c.ID == "" {
 		c.ID = broker.NewID()

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
@@ -58,5 +59,25 @@ func TestMigrations(t *testing.T) {
 		if _, err := Migrations(fsys, "m"); err == nil {
 			t.Errorf("Migrations %s: no error", name)
 		}
+	}
+}
+
+// TestCreateTask_TimesNeverWrap: a run-at or deadline that int64 Unix
+// nanoseconds cannot hold is refused, not stored wrapped (year 0001 came
+// back as 1754, 9999 as 1816), and so is an attempt limit beyond
+// broker.MaxAttemptsLimit.
+func TestCreateTask_TimesNeverWrap(t *testing.T) {
+	for name, tk := range map[string]*ledger.Task{
+		"run-at 0001":   {Kind: "k", Lane: "batch", RunAt: time.Date(1, 6, 1, 0, 0, 0, 0, time.UTC)},
+		"deadline 9999": {Kind: "k", Lane: "batch", Deadline: time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"run-at 2263":   {Kind: "k", Lane: "batch", RunAt: time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC)},
+		"3e9 attempts":  {Kind: "k", Lane: "batch", MaxAttempts: 3000000000},
+	} {
+		if _, err := CreateTask("create", tk, time.Now()); !errors.Is(err, broker.ErrInvalid) {
+			t.Errorf("%s: CreateTask = %v, want ErrInvalid", name, err)
+		}
+	}
+	if _, err := CreateTask("create", &ledger.Task{Kind: "k", Lane: "batch", RunAt: time.Now().Add(time.Hour)}, time.Now()); err != nil {
+		t.Errorf("a valid task: %v", err)
 	}
 }
