@@ -17,7 +17,11 @@
 //	   └─────────┘ (returned unstarted on shutdown, or snoozed)
 //
 // running ─► running is legal: a redelivery after a crashed worker starts a
-// new attempt of a task the ledger still shows as running.
+// new attempt of a task the ledger still shows as running — but only once
+// the crashed holder's ledger lease has passed (BeginRun). A holder renews
+// its lease (RenewLeases) for as long as its handler runs, so a copy of a
+// message, however high its delivery count, never starts a second handler
+// beside a live one.
 //
 // # Optional interfaces
 //
