@@ -123,7 +123,15 @@ func (c *Config) WithDefaults() *Config {
 	return &o
 }
 
+// MaxLease is the longest lease a scheduler takes: the ledger refuses
+// longer ones (a lease is renewed every heartbeat; a day is far beyond
+// any need).
+const MaxLease = 24 * time.Hour
+
 func (c *Config) validate() error {
+	if c.Lease > MaxLease {
+		return broker.Invalidf("scheduler: lease %s is longer than %s", c.Lease, MaxLease)
+	}
 	if c.Heartbeat >= c.Lease {
 		return broker.Invalidf("scheduler: heartbeat %s must be shorter than the lease %s", c.Heartbeat, c.Lease)
 	}
