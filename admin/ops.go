@@ -107,6 +107,7 @@ type Ops struct {
 	client *switchyard.Client
 	now    func() time.Time // the clock leases are reckoned by (tests move it)
 	sleep  func(ctx context.Context, d time.Duration) error
+	keys   keyMemo // requests by idempotency key, without a ledger
 }
 
 // sleepCtx waits d or until ctx is done.
