@@ -89,6 +89,12 @@ func FuzzParseURL(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// A password no error text can hold by chance.
+		const p = "Pw-9f2Q-7xK"
+		_, hasPw := u.User.Password()
+		if hasPw {
+			u.User = url.UserPassword(u.User.Username(), p)
+		}
 		_, err = ParseURL(u)
 		if err == nil {
 			return
@@ -96,7 +102,7 @@ func FuzzParseURL(f *testing.F) {
 		if !errors.Is(err, broker.ErrInvalid) {
 			t.Fatalf("ParseURL(%q) = %v, not ErrInvalid", s, err)
 		}
-		if p, ok := u.User.Password(); ok && len(p) >= 4 && strings.Count(s, p) == 1 && strings.Contains(err.Error(), p) {
+		if hasPw && strings.Contains(err.Error(), p) {
 			t.Fatalf("ParseURL(%q) = %v: the error quotes the password", s, err)
 		}
 	})
