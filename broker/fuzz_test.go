@@ -107,7 +107,7 @@ func FuzzRedact(f *testing.F) {
 		"nats://tok@h:4222?password=p;x=1",
 		"redis://:pw@h:6379/0?password=a%zz&b=1",
 		"redis://h?Password=p&PASSWORD=q&pass=1&pass=2",
-		"x://h?v=" + url.QueryEscape("y://u:p@h?token=" + url.QueryEscape("z://u:deep@h")),
+		"x://h?v=" + url.QueryEscape("y://u:p@h?token="+url.QueryEscape("z://u:deep@h")),
 		"mailto:a@b?token=x",
 		"",
 	} {
