@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/switchyard-dev/switchyard/broker"
 )
 
 // Role is what a token may do over HTTP.
@@ -69,7 +71,10 @@ func (t Token) validate() error {
 //	name role [tenant] secret
 //
 // where role is read, enqueue or admin. Blank lines and lines starting with
-// # are ignored. Errors name the line but never quote a secret.
+// # are ignored. A malformed line is refused with an error matching
+// broker.ErrInvalid that names the line and the field but quotes none of
+// its fields: in a line whose fields are out of order, any of them may be
+// the secret.
 func ParseTokens(r io.Reader) ([]Token, error) {
 	var out []Token
 	sc := bufio.NewScanner(r)
@@ -88,10 +93,17 @@ func ParseTokens(r io.Reader) ([]Token, error) {
 		case 4:
 			t = Token{Name: f[0], Role: Role(f[1]), Tenant: f[2], Secret: f[3]}
 		default:
-			return nil, fmt.Errorf("tokens line %d: want \"name role [tenant] secret\", got %d fields", line, len(f))
+			return nil, broker.Invalidf("tokens line %d: want \"name role [tenant] secret\", got %d fields", line, len(f))
+		}
+		switch {
+		case !t.Role.Valid():
+			return nil, broker.Invalidf("tokens line %d: the second field is not a role (read, enqueue or admin); the form is \"name role [tenant] secret\"", line)
+		case len(t.Secret) < MinSecretLen:
+			return nil, broker.Invalidf("tokens line %d: the secret (the last field) is shorter than %d bytes", line, MinSecretLen)
 		}
 		if err := t.validate(); err != nil {
-			return nil, fmt.Errorf("tokens line %d: %w", line, err)
+			// Fields split on any Unicode space; validate refuses less.
+			return nil, broker.Invalidf("tokens line %d: the name or the secret is malformed", line)
 		}
 		out = append(out, t)
 	}

@@ -45,8 +45,15 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 
 // Enqueue validates and enqueues one task. A request that fails validation
 // (unknown kind, bad arguments, bad option) returns an error matching
-// broker.ErrInvalid and enqueues nothing. The same idempotency key returns
-// the same task (Duplicate=true).
+// broker.ErrInvalid and enqueues nothing. The same idempotency key with the
+// same request returns the same task (Duplicate=true); with a different
+// request (kind, arguments as JSON values, lane, ordering key, max
+// attempts, deadline or metadata; run_at and delay are not compared) it
+// returns ErrKeyReused and enqueues nothing. With a ledger the comparison
+// is with the task recorded for the key, so it holds across processes;
+// without one, Ops remembers the requests of the last 10000 keys it
+// enqueued (for the broker's deduplication window), and a key first used
+// by another process or before a restart is taken as the same request.
 //
 // Args must be a JSON object (absent means {}); they become the task's
 // arguments as given, compacted. The lane defaults to the kind's
@@ -63,9 +70,19 @@ func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchy
 	if err != nil {
 		return nil, err
 	}
+	q := requestOf(r, args.args, opts.Lane)
+	key := opts.IdempotencyKey
+	if key != "" && o.cfg.Ledger == nil && !o.keys.check(opts.Tenant, key, q.fingerprint(), o.now()) {
+		return nil, keyReused(key, "request")
+	}
 	res, err := o.client.Enqueue(ctx, args, opts)
 	if err != nil {
 		return nil, err
+	}
+	if key != "" {
+		if err := o.checkReuse(ctx, q, opts.Tenant, key, res); err != nil {
+			return nil, err
+		}
 	}
 	if r.Actor != "" && !res.Duplicate && o.cfg.Ledger != nil {
 		err := o.cfg.Ledger.AppendEvent(ctx, ledger.Event{TaskID: res.ID, At: time.Now(), Reason: "submitted", Actor: r.Actor.String()})
@@ -74,6 +91,38 @@ func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchy
 		}
 	}
 	return res, nil
+}
+
+// checkReuse refuses, with ErrKeyReused, a duplicate res of key whose
+// first request (the task the ledger recorded for key) was not q. Without a
+// ledger it remembers q for key when res is a new task.
+func (o *Ops) checkReuse(ctx context.Context, q request, tenant, key string, res *switchyard.EnqueueResult) error {
+	if o.cfg.Ledger == nil {
+		if !res.Duplicate {
+			o.keys.record(tenant, key, q.fingerprint(), o.now().Add(o.keyWindow()))
+		}
+		return nil
+	}
+	if !res.Duplicate {
+		return nil
+	}
+	t, err := o.cfg.Ledger.Get(ctx, res.ID)
+	if err != nil {
+		return fmt.Errorf("admin: checking the task of Idempotency-Key %q: %w", key, err)
+	}
+	if f := q.differs(t); f != "" {
+		return keyReused(key, f)
+	}
+	return nil
+}
+
+// keyWindow is how long the broker remembers an idempotency key (a day
+// when it says forever or nothing).
+func (o *Ops) keyWindow() time.Duration {
+	if w := o.cfg.Broker.Capabilities().DedupWindow; w > 0 {
+		return w
+	}
+	return 24 * time.Hour
 }
 
 // allowedLanes are the lanes a request for a kind of spec may name.

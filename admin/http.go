@@ -328,6 +328,8 @@ func (h *handler) errorStatus(r *http.Request, err error) (int, string) {
 		return http.StatusNotImplemented, "this needs a ledger: run the admin API with one (--ledger DSN)"
 	case errors.Is(err, switchyard.ErrNotAwaitingReview), errors.Is(err, ledger.ErrConflict):
 		return http.StatusConflict, err.Error()
+	case errors.Is(err, ErrKeyReused):
+		return http.StatusUnprocessableEntity, err.Error()
 	case errors.Is(err, broker.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, broker.ErrInvalid):

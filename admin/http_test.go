@@ -369,6 +369,23 @@ func TestHandler_Ingestion(t *testing.T) {
 		t.Fatalf("second ingest with the same key: %d %s, want 202 with id %s and duplicate", r2.status, r2.body, id)
 	}
 
+	// The same key with another body: 422, nothing enqueued; the same body
+	// spelt differently is the same request.
+	for name, other := range map[string]any{
+		"other args":     map[string]any{"kind": "test.greet", "args": map[string]string{"name": "bob"}, "metadata": map[string]string{"source": "test"}},
+		"other metadata": map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}},
+		"other lane":     map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}, "metadata": map[string]string{"source": "test"}, "lane": "batch"},
+	} {
+		r := e.ingest(enqueueSecret, "order-1", other)
+		if r.status != http.StatusUnprocessableEntity || !strings.Contains(r.errText(t), "Idempotency-Key") {
+			t.Errorf("%s with a used key: %d %s, want 422", name, r.status, r.body)
+		}
+	}
+	r3 := e.ingest(enqueueSecret, "order-1", `{"metadata": {"source": "test"}, "args": { "name" : "ada" }, "kind": "test.greet"}`)
+	if j3 := r3.json(t); r3.status != http.StatusAccepted || j3["id"] != id || j3["duplicate"] != true {
+		t.Errorf("the same body spelt differently: %d %s, want 202 with id %s", r3.status, r3.body, id)
+	}
+
 	// Fetch later: the status endpoint, with the enqueue token.
 	var st map[string]any
 	for i := 0; i < 1500; i++ {

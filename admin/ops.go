@@ -107,6 +107,7 @@ type Ops struct {
 	client *switchyard.Client
 	now    func() time.Time // the clock leases are reckoned by (tests move it)
 	sleep  func(ctx context.Context, d time.Duration) error
+	keys   keyMemo // requests by idempotency key, without a ledger
 }
 
 // sleepCtx waits d or until ctx is done.
@@ -302,7 +303,9 @@ type TaskPage struct {
 
 // Tasks lists tasks from the ledger. Unknown states, bad kind or lane names
 // and a negative limit are refused with broker.ErrInvalid; a filter naming
-// another tenant than the scope's returns an empty page.
+// another tenant than the scope's returns an empty page. A cursor (After)
+// naming no task is ledger.ErrNotFound; for a scoped caller, so is one
+// naming another tenant's task, with the same error.
 func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, error) {
 	if o.cfg.Ledger == nil {
 		return nil, ErrNoLedger
@@ -334,10 +337,23 @@ func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, err
 	if !ok {
 		return &TaskPage{Tasks: []*ledger.Task{}}, nil
 	}
+	if sc.Tenant != "" && f.After != "" {
+		// A cursor naming another tenant's task reads as one naming no
+		// task: the same error, so that a scoped caller cannot tell
+		// another tenant's task IDs from missing ones.
+		if t, err := o.cfg.Ledger.Get(ctx, f.After); errors.Is(err, ledger.ErrNotFound) || err == nil && !sc.allows(t.Tenant) {
+			return nil, cursorNotFound(f.After)
+		} else if err != nil {
+			return nil, err
+		}
+	}
 	// One more than asked, to know whether there is a next page (the
 	// ledger's cap of 1000 allowing).
 	ts, err := o.cfg.Ledger.List(ctx, ledger.Filter{Tenant: tenant, States: f.States, Kind: f.Kind, Lane: f.Lane, Limit: min(limit+1, 1000), After: f.After})
 	if err != nil {
+		if sc.Tenant != "" && errors.Is(err, ledger.ErrNotFound) {
+			return nil, cursorNotFound(f.After) // pruned since
+		}
 		return nil, err
 	}
 	page := &TaskPage{Tasks: ts}
@@ -352,6 +368,12 @@ func (o *Ops) Tasks(ctx context.Context, sc Scope, f TaskFilter) (*TaskPage, err
 		page.Next = ts[limit-1].ID // perhaps more: the next page tells
 	}
 	return page, nil
+}
+
+// cursorNotFound is the error for a page cursor that names no task the
+// caller may see.
+func cursorNotFound(after string) error {
+	return fmt.Errorf("admin: page cursor %q: no such task (pruned?): %w", after, ledger.ErrNotFound)
 }
 
 // States lists the task states in their usual order.

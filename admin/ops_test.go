@@ -248,7 +248,8 @@ func TestOps_Enqueue(t *testing.T) {
 		t.Errorf("task: %+v args %s", task, task.Args)
 	}
 	// The same key is the same task.
-	r2, err := e.ops.Enqueue(e.ctx, Scope{Tenant: "acme"}, EnqueueRequest{Kind: "mail.send", Args: json.RawMessage(args), IdempotencyKey: "k1"})
+	r2, err := e.ops.Enqueue(e.ctx, Scope{Tenant: "acme"}, EnqueueRequest{Kind: "mail.send", Args: json.RawMessage(args), IdempotencyKey: "k1",
+		Delay: "1h", Metadata: map[string]string{"src": "test"}})
 	if err != nil || !r2.Duplicate || r2.ID != r.ID {
 		t.Errorf("duplicate: %+v %v", r2, err)
 	}

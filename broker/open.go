@@ -114,8 +114,10 @@ func Redact(u *url.URL) string {
 			c.User = url.UserPassword(c.User.Username(), "xxxxx")
 		}
 	}
-	q := c.Query()
-	changed := false
+	// A pair that does not parse (a bad escape, a ";") is left out of q:
+	// re-encode q so that it cannot carry a secret through unmasked.
+	q, err := url.ParseQuery(c.RawQuery)
+	changed := err != nil
 	for k, vs := range q {
 		lk := strings.ToLower(k)
 		if isSecretParam(lk) {

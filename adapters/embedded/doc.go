@@ -15,7 +15,8 @@
 // poll (25ms: how often a waiting receive looks for messages from other
 // processes or becoming due; publishes in the same process wake it at
 // once), sync_full (false), reduced (false; see below). Unknown parameters
-// are errors.
+// are errors. A file path holding ?, #, % or NUL (after URL unescaping) is
+// refused with ErrInvalid: SQLite's URI form would read it as another file.
 //
 // # Capabilities and semantics
 //

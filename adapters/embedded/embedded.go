@@ -160,6 +160,8 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 		// does; sharedDB keeps one open while any driver uses it.
 		dsn = "file:" + url.PathEscape("switchyard-"+c.MemoryName) + "?mode=memory&cache=shared&_pragma=busy_timeout(10000)&_txlock=immediate"
 	} else {
+		// The path goes into a SQLite URI: ?, # and % are escaped there
+		// (uriPath); NUL and control characters are refused.
 		if strings.ContainsFunc(c.Path, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return nil, broker.Invalidf("embedded: database path %q contains a NUL or control character", c.Path)
 		}
@@ -601,7 +603,10 @@ func newToken() int64 {
 	}
 }
 
-const receiveSQL = `UPDATE sy_messages SET attempts = attempts + 1, lease_token = ?1, visible_at = ?2
+// The receive queries cap the attempt count before adding one: a tampered
+// row's count would otherwise overflow to a REAL that no longer scans, and
+// fail every Receive of the lane.
+const receiveSQL = `UPDATE sy_messages SET attempts = MIN(attempts, 2147483646) + 1, lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
 	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
@@ -612,7 +617,7 @@ WHERE seq IN (
 	LIMIT ?6)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`
 
-const receiveUnorderedSQL = `UPDATE sy_messages SET attempts = attempts + 1, lease_token = ?1, visible_at = ?2
+const receiveUnorderedSQL = `UPDATE sy_messages SET attempts = MIN(attempts, 2147483646) + 1, lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
 	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
@@ -735,6 +740,8 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 				dl, err := broker.DecodeDeadLetter(dlb)
 				if err != nil {
 					dl = &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: err.Error()}
+				} else if dl.Reason == "" {
+					dl.Reason = broker.ReasonUndecodable // a dead letter always has a reason
 				}
 				dv.DeadLetter = dl
 			} else {

@@ -197,7 +197,10 @@ func (d *Driver) toDelivery(ctx context.Context, lc *laneConsumer, m jetstream.M
 		}
 	}
 	env.Lane = lc.lane
-	attempt, _ := strconv.Atoi(hdr.Get(headerAttempt))
+	attempt, aerr := strconv.Atoi(hdr.Get(headerAttempt))
+	if aerr != nil || attempt < 0 {
+		attempt = 0 // absent, or set by another publisher: unknown
+	}
 	return &broker.Delivery{Message: *env, Attempt: attempt, LeaseDeadline: deadline, DeadLetter: dl, Handle: h}
 }
 

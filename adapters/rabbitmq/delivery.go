@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -105,7 +106,7 @@ func deadLetterOf(dv amqp.Delivery, limit int) (*broker.DeadLetter, int) {
 		case []byte:
 			b = x
 		}
-		if dl, err := broker.DecodeDeadLetter(b); err == nil {
+		if dl, err := broker.DecodeDeadLetter(b); err == nil && dl.Reason != "" {
 			return dl, intHeader(dv.Headers, hdrAttempt)
 		}
 	}
@@ -126,28 +127,35 @@ func deadLetterOf(dv amqp.Delivery, limit int) (*broker.DeadLetter, int) {
 	return dl, intHeader(dv.Headers, hdrPrior) + limit + 1
 }
 
+// intHeader reads a count header, 0 when absent or unreadable, clamped to
+// 0..math.MaxInt32: any client may set these headers, and a negative or
+// huge count must not wrap an attempt number around.
 func intHeader(h amqp.Table, key string) int {
+	return int(max(0, min(int64(math.MaxInt32), intHeader64(h, key))))
+}
+
+func intHeader64(h amqp.Table, key string) int64 {
 	switch v := h[key].(type) {
 	case int:
-		return v
+		return int64(v)
 	case int8:
-		return int(v)
+		return int64(v)
 	case int16:
-		return int(v)
+		return int64(v)
 	case int32:
-		return int(v)
+		return int64(v)
 	case int64:
-		return int(v)
+		return v
 	case uint8:
-		return int(v)
+		return int64(v)
 	case uint16:
-		return int(v)
+		return int64(v)
 	case uint32:
-		return int(v)
+		return int64(v)
 	case uint64:
-		return int(v)
+		return int64(min(v, math.MaxInt64))
 	case string:
-		n, _ := strconv.Atoi(v)
+		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}
 	return 0
