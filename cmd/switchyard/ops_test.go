@@ -373,9 +373,13 @@ func TestCLI_Enqueue(t *testing.T) {
 	if task, _ := e.L.Get(e.ctx, first); string(task.Args) != `{"doc":"x"}` || task.Tenant != "acme" {
 		t.Errorf("stdin task: %+v", task)
 	}
-	code, out, _ = runCLI(t, append([]string{"enqueue", "--kind", "pdf.parse", "--key", "k1", "--tenant", "acme", "--args", "{}"}, common...)...)
+	code, out, _ = runCLI(t, append([]string{"enqueue", "--kind", "pdf.parse", "--key", "k1", "--tenant", "acme", "--args", `{"doc":"x"}`}, common...)...)
 	if code != 0 || !strings.Contains(out, "duplicate") || !strings.Contains(out, first) {
 		t.Errorf("duplicate: %d %s", code, out)
+	}
+	// The same key with other arguments is refused (admin.ErrKeyReused).
+	if code, out, errs := runCLI(t, append([]string{"enqueue", "--kind", "pdf.parse", "--key", "k1", "--tenant", "acme", "--args", "{}"}, common...)...); code == 0 {
+		t.Errorf("same key, other args: %d %s %s, want an error", code, out, errs)
 	}
 	before, ready := e.tasks(), e.stats("batch").Ready
 	withStdin(t, "")
