@@ -28,10 +28,17 @@
 // # With a ledger
 //
 // Config.Ledger makes delivery twice harmless. Before running, the task is
-// moved to running in the ledger with a guarded compare-and-set: a delivery
-// of a task that already finished is acknowledged without running, and a
-// second delivery of a task running elsewhere is held back unless its
-// attempt number is newer (the earlier holder crashed or lost its lease).
+// moved to running in the ledger in one guarded write (ledger.BeginRun)
+// that also records the attempt and gives the run a ledger lease; the
+// outcome and the next state are one more write (EndRun). A delivery of a
+// task that already finished is acknowledged without running. A delivery
+// of a task running elsewhere — a copy of its message, whatever its
+// delivery count — is given back without spending an attempt until the
+// holder's ledger lease could have ended: the heartbeat renews that lease
+// (RenewLeases, one write per heartbeat for all of a worker's runs) for as
+// long as the handler runs, even after its broker lease was lost, so a
+// task is taken over only when its holder is known to be gone. A run the
+// ledger says is no longer its own is cancelled.
 // Step memoises outputs and Effect records side effects before and after,
 // so a crash retry neither recomputes a finished step nor repeats a
 // confirmed effect; an effect left pending by a crash is reconciled before
