@@ -64,10 +64,23 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	}
 	if d.Attempt > job.MaxAttempts {
 		// Earlier attempts never reported back: their workers crashed or
-		// lost their leases. Stop here rather than crash another one.
-		s.dead(settle, d, nil, broker.ReasonMaxAttempts,
-			fmt.Sprintf("attempt %d exceeds the limit of %d; earlier attempts crashed or lost their leases", d.Attempt, job.MaxAttempts), nil)
-		return
+		// lost their leases. Stop here rather than crash another one —
+		// unless the ledger knows better: a copy of a task that finished,
+		// or that a live attempt is running, must not bury it.
+		replayed := false
+		if s.cfg.Ledger != nil {
+			if lt, err := s.cfg.Ledger.Get(settle, d.ID); err == nil && settledOrLive(lt, time.Now()) {
+				if !s.held(settle, d, lt) {
+					return
+				}
+				replayed = true // an operator's replay of its dead letter: run it
+			}
+		}
+		if !replayed {
+			s.dead(settle, d, nil, broker.ReasonMaxAttempts,
+				fmt.Sprintf("attempt %d exceeds the limit of %d; earlier attempts crashed or lost their leases", d.Attempt, job.MaxAttempts), nil)
+			return
+		}
 	}
 	attempt := d.Attempt
 	if s.cfg.Ledger != nil {
@@ -284,6 +297,19 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 	}
 	s.ledgerDown(ctx, d, errors.New("the task's state kept changing under the delivery"))
 	return nil, 0, false
+}
+
+// settledOrLive reports whether t is finished, parked, dead or running
+// under a live lease: a delivery of it is for held, not for the attempt
+// limit.
+func settledOrLive(t *ledger.Task, now time.Time) bool {
+	switch t.State {
+	case ledger.Queued, ledger.RetryWait:
+		return false
+	case ledger.Running:
+		return !t.LeaseUntil.IsZero() && now.Before(t.LeaseUntil)
+	}
+	return true
 }
 
 // held settles a delivery whose task BeginRun found in state t.State. It
