@@ -131,6 +131,8 @@ type Broker struct {
 	// window is finite (the store, typically the ledger, then covers the
 	// longer horizon).
 	storeDedup bool
+
+	pub *groupCommit // coalesces concurrent publishes
 }
 
 // New wraps d. opts may be nil.
@@ -144,6 +146,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
+	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
@@ -196,7 +199,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...*Message) ([]PublishResult
 		for _, p := range pend[start:end] {
 			send = append(send, p.out)
 		}
-		rs, err := b.d.Publish(ctx, send)
+		rs, err := b.pub.publish(ctx, send)
 		if err == nil && len(rs) != len(send) {
 			err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), len(send))
 		}

@@ -1,0 +1,168 @@
+package broker
+
+import (
+	"context"
+	"sync"
+)
+
+// groupCommit coalesces concurrent driver publishes: while one Driver.Publish
+// is in flight, the batches of the calls that arrive are queued, and when it
+// returns they go out together in one Driver.Publish (up to MaxBatch) — one
+// SQLite transaction, one pipeline, one confirm round — instead of one each.
+//
+// A caller that finds no publish in flight publishes at once, so a lone
+// caller never waits; a queued caller waits at most for the publish in
+// flight and then its own. Each caller gets its own batch's results (or the
+// whole batch's error), exactly as if it had called the driver itself.
+// Queued batches keep their arrival order, and two batches that carry the
+// same idempotency key (lane, tenant, key) never share a driver batch, so a
+// driver deduplicates them exactly as it would one after the other.
+type groupCommit struct {
+	d   Driver
+	max int // Capabilities.MaxBatch; 0: unlimited
+
+	mu    sync.Mutex
+	busy  bool         // a publish is in flight
+	queue []*pubWaiter // waiting, in arrival order
+}
+
+// pubWaiter is one caller's batch.
+type pubWaiter struct {
+	ctx  context.Context
+	msgs []*Message
+
+	// Set before done is closed.
+	res []PublishResult
+	err error
+	// lead is set instead when this waiter is to publish a group (its own
+	// batch first) on behalf of the others.
+	lead []*pubWaiter
+	done chan struct{}
+}
+
+// publish sends msgs (at most max of them) through the driver, coalesced
+// with concurrent callers.
+func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishResult, error) {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		g.mu.Unlock()
+		rs, err := g.d.Publish(ctx, msgs)
+		g.handOff()
+		return rs, err
+	}
+	w := &pubWaiter{ctx: ctx, msgs: msgs, done: make(chan struct{})}
+	g.queue = append(g.queue, w)
+	g.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		g.mu.Lock()
+		for i, q := range g.queue {
+			if q == w {
+				// Not taken yet: nothing of it was sent.
+				g.queue = append(g.queue[:i], g.queue[i+1:]...)
+				g.mu.Unlock()
+				return nil, Wrap("publish", Transient, ctx.Err())
+			}
+		}
+		g.mu.Unlock()
+		// Taken: its outcome is on the way.
+		<-w.done
+	}
+	if w.lead != nil {
+		g.flush(w.lead)
+		g.handOff()
+	}
+	return w.res, w.err
+}
+
+// handOff ends the caller's turn: the next group of queued batches goes to
+// the first of them to publish, or the publisher becomes idle.
+func (g *groupCommit) handOff() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) == 0 {
+		g.busy = false
+		return
+	}
+	n, total := 0, 0
+	keys := map[dedupKey]bool{}
+	for _, w := range g.queue {
+		if n > 0 && g.max > 0 && total+len(w.msgs) > g.max {
+			break
+		}
+		if n > 0 && sharesKey(keys, w.msgs) {
+			break
+		}
+		for _, m := range w.msgs {
+			if m.IdempotencyKey != "" {
+				keys[dedupKey{m.Lane, m.Tenant, m.IdempotencyKey}] = true
+			}
+		}
+		total += len(w.msgs)
+		n++
+	}
+	group := make([]*pubWaiter, n)
+	copy(group, g.queue[:n])
+	g.queue = append(g.queue[:0], g.queue[n:]...)
+	leader := group[0]
+	leader.lead = group
+	close(leader.done)
+}
+
+type dedupKey struct{ lane, tenant, key string }
+
+func sharesKey(keys map[dedupKey]bool, msgs []*Message) bool {
+	for _, m := range msgs {
+		if m.IdempotencyKey != "" && keys[dedupKey{m.Lane, m.Tenant, m.IdempotencyKey}] {
+			return true
+		}
+	}
+	return false
+}
+
+// flush publishes group's batches in one driver call and gives each waiter
+// its results. The call's context ends only when every waiter's has, and
+// carries the first waiter's values.
+func (g *groupCommit) flush(group []*pubWaiter) {
+	total := 0
+	for _, w := range group {
+		total += len(w.msgs)
+	}
+	all := make([]*Message, 0, total)
+	for _, w := range group {
+		all = append(all, w.msgs...)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
+	defer cancel()
+	var mu sync.Mutex
+	live := len(group)
+	for _, w := range group {
+		stop := context.AfterFunc(w.ctx, func() {
+			mu.Lock()
+			live--
+			if live == 0 {
+				cancel()
+			}
+			mu.Unlock()
+		})
+		defer stop()
+	}
+	rs, err := g.d.Publish(ctx, all)
+	if err == nil && len(rs) != total {
+		err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), total)
+	}
+	off := 0
+	for _, w := range group {
+		if err != nil {
+			w.err = err
+		} else {
+			w.res = rs[off : off+len(w.msgs) : off+len(w.msgs)]
+		}
+		off += len(w.msgs)
+		if w != group[0] {
+			close(w.done)
+		}
+	}
+}
