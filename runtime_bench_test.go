@@ -1,0 +1,126 @@
+package switchyard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard"
+	_ "github.com/switchyard-dev/switchyard/adapters/asynq"
+	_ "github.com/switchyard-dev/switchyard/adapters/nats"
+	_ "github.com/switchyard-dev/switchyard/adapters/rabbitmq"
+	_ "github.com/switchyard-dev/switchyard/adapters/sqs"
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/conformance"
+	"github.com/switchyard-dev/switchyard/internal/benchkit"
+	"github.com/switchyard-dev/switchyard/internal/testclean"
+	"github.com/switchyard-dev/switchyard/scheduler"
+)
+
+// benchBrokers are the brokers BenchmarkRuntime_LedgerOff runs on; set
+// SWITCHYARD_BENCH_BROKERS (comma-separated adapter names) to choose.
+func benchBrokers() []string {
+	if s := os.Getenv("SWITCHYARD_BENCH_BROKERS"); s != "" {
+		return strings.Split(s, ",")
+	}
+	return []string{"embedded", "asynq", "nats"}
+}
+
+// BenchmarkRuntime_LedgerOff measures the runtime's own cost: b.N small
+// tasks enqueued one per Client.Enqueue call from 8 goroutines while a
+// Server (Slots 64, Prefetch 128) runs them with a no-op handler and acks
+// them, ledger off. Beside it, "loop" is the adapter's own loop through
+// broker.Broker (batched publish, then receive and ack with 8 consumers),
+// the ceiling the runtime is compared with. b.N counts tasks.
+//
+//	go test . -run '^$' -bench Runtime_LedgerOff -benchtime 20000x -count 3
+func BenchmarkRuntime_LedgerOff(b *testing.B) {
+	for _, kind := range benchBrokers() {
+		b.Run("broker="+kind+"/mode=runtime", func(b *testing.B) { benchRuntime(b, kind) })
+		b.Run("broker="+kind+"/mode=loop", func(b *testing.B) {
+			ctx := context.Background()
+			br := openBenchBroker(b, kind)
+			b.ResetTimer()
+			r, err := benchkit.EndToEnd(ctx, br, "batch", b.N, 64, 100, 8)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(r.PerSecond(), "tasks/s")
+		})
+	}
+}
+
+func openBenchBroker(b *testing.B, kind string) *broker.Broker {
+	b.Helper()
+	u := testclean.URL(b, kind, conformance.Namespace(b), nil)
+	br, err := broker.Open(context.Background(), u, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { br.Close() })
+	return br
+}
+
+func benchRuntime(b *testing.B, kind string) {
+	ctx := context.Background()
+	br := openBenchBroker(b, kind)
+	client, _ := switchyard.NewClient(br, nil)
+	srv, err := switchyard.NewServer(br, &switchyard.ServerConfig{Slots: 64, Prefetch: 128, PollWait: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: scheduler.RetryPolicy{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	n := int64(b.N)
+	_ = switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[noopArgs]) error {
+		if done.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}, nil)
+	payload := fmt.Sprintf("%064d", 0)
+	b.ResetTimer()
+	start := time.Now()
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const publishers = 8
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, publishers)
+	for range publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= n {
+				if _, err := client.Enqueue(ctx, noopArgs{Payload: payload}, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("%d of %d tasks done after 5 minutes", done.Load(), b.N)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	_ = srv.Stop(ctx)
+	b.ReportMetric(float64(b.N)/el.Seconds(), "tasks/s")
+}
