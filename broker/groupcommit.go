@@ -47,9 +47,8 @@ func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishRe
 	if !g.busy {
 		g.busy = true
 		g.mu.Unlock()
-		rs, err := g.d.Publish(ctx, msgs)
-		g.handOff()
-		return rs, err
+		defer g.handOff() // even if the driver panics
+		return g.d.Publish(ctx, msgs)
 	}
 	w := &pubWaiter{ctx: ctx, msgs: msgs, done: make(chan struct{})}
 	g.queue = append(g.queue, w)
@@ -71,8 +70,8 @@ func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishRe
 		<-w.done
 	}
 	if w.lead != nil {
+		defer g.handOff()
 		g.flush(w.lead)
-		g.handOff()
 	}
 	return w.res, w.err
 }
@@ -149,7 +148,7 @@ func (g *groupCommit) flush(group []*pubWaiter) {
 		})
 		defer stop()
 	}
-	rs, err := g.d.Publish(ctx, all)
+	rs, err := g.callDriver(ctx, all)
 	if err == nil && len(rs) != total {
 		err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), total)
 	}
@@ -165,4 +164,15 @@ func (g *groupCommit) flush(group []*pubWaiter) {
 			close(w.done)
 		}
 	}
+}
+
+// callDriver publishes a group's batch; a panicking driver fails the batch
+// instead of leaving the group's callers waiting for ever.
+func (g *groupCommit) callDriver(ctx context.Context, msgs []*Message) (rs []PublishResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, Errorf("publish", UnknownOutcome, "driver panicked: %v", p)
+		}
+	}()
+	return g.d.Publish(ctx, msgs)
 }
