@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -138,4 +139,76 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkRuntime_Latency measures enqueue → handler start through the
+// runtime, ledger off, with tasks enqueued one per Client.Enqueue call at a
+// fixed rate (200 and 1,000 tasks/s). b.N counts tasks; the metrics are
+// the median and 99th percentile in milliseconds.
+//
+//	go test . -run '^$' -bench Runtime_Latency -benchtime 2000x
+func BenchmarkRuntime_Latency(b *testing.B) {
+	for _, kind := range benchBrokers() {
+		for _, rate := range []int{200, 1000} {
+			b.Run(fmt.Sprintf("broker=%s/rate=%d", kind, rate), func(b *testing.B) { benchLatency(b, kind, rate) })
+		}
+	}
+}
+
+type latArgs struct {
+	At int64 `json:"at"` // when Enqueue was called, Unix nanoseconds
+}
+
+func (latArgs) Kind() string { return "bench.latency" }
+
+func benchLatency(b *testing.B, kind string, rate int) {
+	ctx := context.Background()
+	br := openBenchBroker(b, kind)
+	client, _ := switchyard.NewClient(br, nil)
+	srv, err := switchyard.NewServer(br, &switchyard.ServerConfig{Slots: 64, Prefetch: 128, PollWait: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: scheduler.RetryPolicy{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	var mu sync.Mutex
+	all := make(chan struct{})
+	_ = switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[latArgs]) error {
+		d := time.Since(time.Unix(0, t.Args.At))
+		mu.Lock()
+		lat = append(lat, d)
+		if len(lat) == b.N {
+			close(all)
+		}
+		mu.Unlock()
+		return nil
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	time.Sleep(200 * time.Millisecond) // let the receivers start waiting
+	b.ResetTimer()
+	interval := time.Second / time.Duration(rate)
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := client.Enqueue(ctx, latArgs{At: time.Now().UnixNano()}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-all:
+	case <-time.After(time.Minute):
+		b.Fatalf("%d of %d tasks started after a minute", len(lat), b.N)
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(lat)
+	ms := func(q float64) float64 { return float64(lat[int(q*float64(len(lat)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(ms(0.50), "p50-ms")
+	b.ReportMetric(ms(0.99), "p99-ms")
 }
