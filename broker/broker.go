@@ -146,7 +146,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
-	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch}
+	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch, inFlight: publishInFlight(d)}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {

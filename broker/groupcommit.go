@@ -5,25 +5,51 @@ import (
 	"sync"
 )
 
-// groupCommit coalesces concurrent driver publishes: while one Driver.Publish
-// is in flight, the batches of the calls that arrive are queued, and when it
-// returns they go out together in one Driver.Publish (up to MaxBatch) — one
-// SQLite transaction, one pipeline, one confirm round — instead of one each.
+// PublishConcurrency is implemented by drivers whose concurrent Publish
+// calls gain nothing from running in parallel — one database connection, one
+// script runner — and cost a transaction or a round trip each. Broker then
+// keeps at most MaxConcurrentPublishes driver publishes in flight; Publish
+// calls that arrive meanwhile are queued and, when one returns, go out
+// together in one driver batch (group commit). A caller that finds a free
+// place publishes at once, so a lone caller never waits.
 //
-// A caller that finds no publish in flight publishes at once, so a lone
-// caller never waits; a queued caller waits at most for the publish in
-// flight and then its own. Each caller gets its own batch's results (or the
+// Drivers without it get every Publish call through at once, uncoalesced:
+// where a broker runs concurrent publishes in parallel (RabbitMQ confirms on
+// several channels, NATS asynchronous publishes) that measured faster.
+type PublishConcurrency interface {
+	// MaxConcurrentPublishes is at least 1.
+	MaxConcurrentPublishes() int
+}
+
+// publishInFlight is d's limit on driver publishes in flight; 0: none.
+func publishInFlight(d Driver) int {
+	if p, ok := d.(PublishConcurrency); ok {
+		return max(p.MaxConcurrentPublishes(), 1)
+	}
+	return 0
+}
+
+// groupCommit coalesces concurrent driver publishes (see
+// PublishConcurrency): while inFlight Driver.Publish calls are in flight,
+// the batches of the calls that arrive are queued, and when one returns they
+// go out together in one Driver.Publish (up to MaxBatch) — one SQLite
+// transaction, one script call — instead of one each.
+//
+// A caller that finds a free place publishes at once, so a lone caller
+// never waits; a queued caller waits at most for a publish in flight and
+// then its own. Each caller gets its own batch's results (or the
 // whole batch's error), exactly as if it had called the driver itself.
 // Queued batches keep their arrival order, and two batches that carry the
 // same idempotency key (lane, tenant, key) never share a driver batch, so a
 // driver deduplicates them exactly as it would one after the other.
 type groupCommit struct {
-	d   Driver
-	max int // Capabilities.MaxBatch; 0: unlimited
+	d        Driver
+	max      int // Capabilities.MaxBatch; 0: unlimited
+	inFlight int // the most driver publishes at once; 0: no limit, no coalescing
 
 	mu    sync.Mutex
-	busy  bool         // a publish is in flight
-	queue []*pubWaiter // waiting, in arrival order
+	busy  int          // driver publishes in flight
+	queue []*pubWaiter // waiting, in arrival order; only while busy == inFlight
 }
 
 // pubWaiter is one caller's batch.
@@ -43,9 +69,12 @@ type pubWaiter struct {
 // publish sends msgs (at most max of them) through the driver, coalesced
 // with concurrent callers.
 func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishResult, error) {
+	if g.inFlight <= 0 {
+		return g.d.Publish(ctx, msgs)
+	}
 	g.mu.Lock()
-	if !g.busy {
-		g.busy = true
+	if g.busy < g.inFlight {
+		g.busy++
 		g.mu.Unlock()
 		defer g.handOff() // even if the driver panics
 		return g.d.Publish(ctx, msgs)
@@ -82,7 +111,7 @@ func (g *groupCommit) handOff() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if len(g.queue) == 0 {
-		g.busy = false
+		g.busy--
 		return
 	}
 	n, total := 0, 0

@@ -94,7 +94,7 @@ func waitQueued(t *testing.T, g *groupCommit, n int) {
 func TestGroupCommit_CoalescesConcurrentBatches(t *testing.T) {
 	t.Parallel()
 	d := newGate()
-	g := &groupCommit{d: d}
+	g := &groupCommit{d: d, inFlight: 1}
 	ctx := context.Background()
 	first := goPublish(g, ctx, msgs("a", 1))
 	<-d.entered // a lone caller publishes at once
@@ -118,7 +118,7 @@ func TestGroupCommit_CoalescesConcurrentBatches(t *testing.T) {
 	if got := fmt.Sprint(d.batches); got != "[[a0] [b0 b1 c0 c1]]" {
 		t.Fatalf("driver batches %s, want [[a0] [b0 b1 c0 c1]]", got)
 	}
-	if g.busy || len(g.queue) != 0 {
+	if g.busy != 0 || len(g.queue) != 0 {
 		t.Fatalf("not idle after the last publish: busy=%v queue=%d", g.busy, len(g.queue))
 	}
 }
@@ -126,7 +126,7 @@ func TestGroupCommit_CoalescesConcurrentBatches(t *testing.T) {
 func TestGroupCommit_BoundsAndKeys(t *testing.T) {
 	t.Parallel()
 	d := newGate()
-	g := &groupCommit{d: d, max: 3}
+	g := &groupCommit{d: d, max: 3, inFlight: 1}
 	ctx := context.Background()
 	first := goPublish(g, ctx, msgs("a", 1))
 	<-d.entered
@@ -163,7 +163,7 @@ func TestGroupCommit_ErrorsAndCancellation(t *testing.T) {
 	t.Parallel()
 	d := newGate()
 	d.fail = "b0"
-	g := &groupCommit{d: d}
+	g := &groupCommit{d: d, inFlight: 1}
 	ctx := context.Background()
 	first := goPublish(g, ctx, msgs("a", 1))
 	<-d.entered
@@ -198,7 +198,7 @@ func TestGroupCommit_ErrorsAndCancellation(t *testing.T) {
 func TestGroupCommit_GroupOutlivesOneCancelledCaller(t *testing.T) {
 	t.Parallel()
 	d := newGate()
-	g := &groupCommit{d: d}
+	g := &groupCommit{d: d, inFlight: 1}
 	ctx := context.Background()
 	first := goPublish(g, ctx, msgs("a", 1))
 	<-d.entered
@@ -218,5 +218,50 @@ func TestGroupCommit_GroupOutlivesOneCancelledCaller(t *testing.T) {
 	}
 	if r := <-lead; r.err != nil {
 		t.Fatalf("b: %+v", r)
+	}
+}
+
+func TestGroupCommit_InFlightLimit(t *testing.T) {
+	t.Parallel()
+	d := newGate()
+	g := &groupCommit{d: d, inFlight: 2}
+	ctx := context.Background()
+	a := goPublish(g, ctx, msgs("a", 1))
+	<-d.entered
+	b := goPublish(g, ctx, msgs("b", 1))
+	<-d.entered // a second place: published at once
+	c := goPublish(g, ctx, msgs("c", 1))
+	waitQueued(t, g, 1)
+	d.release <- struct{}{}
+	d.release <- struct{}{}
+	<-d.entered
+	d.release <- struct{}{}
+	for _, ch := range []chan pubOut{a, b, c} {
+		if r := <-ch; r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	if len(d.batches) != 3 || g.busy != 0 {
+		t.Fatalf("batches %v, busy %d", d.batches, g.busy)
+	}
+}
+
+func TestGroupCommit_Unlimited(t *testing.T) {
+	t.Parallel()
+	d := newGate()
+	g := &groupCommit{d: d, inFlight: publishInFlight(d)}
+	ctx := context.Background()
+	var outs []chan pubOut
+	for i := range 3 {
+		outs = append(outs, goPublish(g, ctx, msgs(fmt.Sprint(i), 1)))
+		<-d.entered // each goes straight to the driver
+	}
+	for range outs {
+		d.release <- struct{}{}
+	}
+	for _, ch := range outs {
+		if r := <-ch; r.err != nil {
+			t.Fatal(r.err)
+		}
 	}
 }
