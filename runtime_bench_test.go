@@ -38,14 +38,16 @@ func benchBrokers() []string {
 // BenchmarkRuntime_LedgerOff measures the runtime's own cost: b.N small
 // tasks enqueued one per Client.Enqueue call from 8 goroutines while a
 // Server (Slots 64, Prefetch 128) runs them with a no-op handler and acks
-// them, ledger off. Beside it, "loop" is the adapter's own loop through
+// them, ledger off; "bulk" enqueues them with EnqueueMany, 1,000 a call,
+// from one goroutine. Beside them, "loop" is the adapter's own loop through
 // broker.Broker (batched publish, then receive and ack with 8 consumers),
 // the ceiling the runtime is compared with. b.N counts tasks.
 //
 //	go test . -run '^$' -bench Runtime_LedgerOff -benchtime 20000x -count 3
 func BenchmarkRuntime_LedgerOff(b *testing.B) {
 	for _, kind := range benchBrokers() {
-		b.Run("broker="+kind+"/mode=runtime", func(b *testing.B) { benchRuntime(b, kind) })
+		b.Run("broker="+kind+"/mode=runtime", func(b *testing.B) { benchRuntime(b, kind, false) })
+		b.Run("broker="+kind+"/mode=bulk", func(b *testing.B) { benchRuntime(b, kind, true) })
 		b.Run("broker="+kind+"/mode=loop", func(b *testing.B) {
 			ctx := context.Background()
 			br := openBenchBroker(b, kind)
@@ -72,7 +74,9 @@ func openBenchBroker(b *testing.B, kind string) *broker.Broker {
 	return br
 }
 
-func benchRuntime(b *testing.B, kind string) {
+// benchRuntime enqueues b.N tasks one per Enqueue call from 8 goroutines,
+// or with bulk in EnqueueMany calls of up to 1,000 from one.
+func benchRuntime(b *testing.B, kind string, bulk bool) {
 	ctx := context.Background()
 	br := openBenchBroker(b, kind)
 	client, _ := switchyard.NewClient(br, nil)
@@ -97,7 +101,28 @@ func benchRuntime(b *testing.B, kind string) {
 	if err := srv.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	const publishers = 8
+	if bulk {
+		for sent := 0; sent < b.N; {
+			items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
+			for i := range items {
+				items[i] = switchyard.EnqueueItem{Args: noopArgs{Payload: payload}}
+			}
+			rs, err := client.EnqueueMany(ctx, items)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, r := range rs {
+				if r.Err != nil {
+					b.Fatal(r.Err)
+				}
+			}
+			sent += len(items)
+		}
+	}
+	publishers := 8
+	if bulk {
+		publishers = 0
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, publishers)
