@@ -65,7 +65,10 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 // or ID, if one did.
 func (s *Store) createInTx(ctx context.Context, tx *sql.Tx, t *ledger.Task, meta any) (*ledger.Task, error) {
 	if t.IdempotencyKey != "" {
-		e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ?`, t.Tenant, t.IdempotencyKey))
+		// "idem_key <> ''" lets SQLite use the partial unique index on
+		// (tenant, idem_key); without it a prepared statement cannot prove
+		// the index applies and scans the tenant's tasks.
+		e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, t.Tenant, t.IdempotencyKey))
 		if err == nil {
 			return e, nil
 		}
