@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,8 +16,10 @@ import (
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/ledger"
+	_ "github.com/switchyard-dev/switchyard/ledger/postgres" // the postgres:// ledger
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
@@ -27,15 +30,20 @@ type manyArgs struct {
 func (manyArgs) Kind() string { return "test.many" }
 
 // manySetup opens a broker of the named adapter ("mem" for the in-process
-// one), with a SQLite ledger when withLedger, and a client.
+// one), with a ledger when withLedger (SQLite; PostgreSQL when kind ends
+// in "+pg"), and a client.
 func manySetup(t *testing.T, kind string, withLedger bool) (*broker.Broker, ledger.Ledger, *switchyard.Client) {
 	t.Helper()
 	ctx := context.Background()
 	var L ledger.Ledger
 	opts := &broker.Options{}
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "ledger.db")
+	if k, ok := strings.CutSuffix(kind, "+pg"); ok {
+		kind, dsn = k, testenv.PostgresLedgerDSN(t)
+	}
 	if withLedger {
 		var err error
-		L, err = ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+		L, err = ledger.Open(ctx, dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,7 +113,7 @@ func TestClient_EnqueueMany(t *testing.T) {
 	cases := []struct {
 		kind   string
 		ledger bool
-	}{{"mem", false}, {"mem", true}, {"embedded", false}, {"embedded", true}, {"nats", false}, {"asynq", true}, {"rabbitmq", false}}
+	}{{"mem", false}, {"mem", true}, {"embedded", false}, {"embedded", true}, {"nats", false}, {"asynq", true}, {"rabbitmq", false}, {"nats+pg", true}}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%s/ledger=%v", c.kind, c.ledger), func(t *testing.T) {
 			t.Parallel()
