@@ -141,60 +141,11 @@ const reservedPrefix = "switchyard-"
 // again only if that task never left the queued state, so an Enqueue whose
 // publish failed can simply be retried).
 func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) (*EnqueueResult, error) {
-	if args == nil {
-		return nil, broker.Invalidf("switchyard: nil task args")
-	}
-	o := mergeOpts(args, opts)
-	if o.Delay > 0 {
-		if _, err := broker.After("switchyard: delay", time.Now(), o.Delay); err != nil {
-			return nil, err
-		}
-	}
-	if err := broker.ValidateTime("switchyard: deadline", o.Deadline); err != nil {
-		return nil, err
-	}
-	for k := range o.Metadata {
-		if strings.HasPrefix(k, reservedPrefix) {
-			return nil, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)
-		}
-	}
-	sandboxOf, inSandbox := scheduler.SandboxTask(ctx)
-	if inSandbox {
-		// A sandboxed handler's tasks are sandbox copies too: their effects
-		// are recorded, not performed. Their idempotency keys are their
-		// own, so a sandbox run can never take the key a real run's task
-		// will need.
-		meta := make(map[string]string, len(o.Metadata)+1)
-		for k, v := range o.Metadata {
-			meta[k] = v
-		}
-		meta[scheduler.MetaSandboxOf] = sandboxOf
-		o.Metadata = meta
-		if o.IdempotencyKey != "" {
-			o.IdempotencyKey = "sandbox:" + sandboxOf + ":" + o.IdempotencyKey
-		}
-	}
-	body, err := json.Marshal(args)
+	m, o, err := c.message(ctx, args, opts)
 	if err != nil {
-		return nil, broker.KindError("enqueue", broker.Permanent, broker.ErrInvalid, "encode %s args: %v", args.Kind(), err)
-	}
-	m := &broker.Message{Lane: o.Lane, Kind: args.Kind(), Body: body, IdempotencyKey: o.IdempotencyKey, Tenant: o.Tenant,
-		OrderingKey: o.OrderingKey, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts}
-	if !o.Deadline.IsZero() || len(o.Metadata) > 0 {
-		m.Headers = map[string]string{}
-		if !o.Deadline.IsZero() {
-			m.Headers[scheduler.HeaderDeadline] = o.Deadline.UTC().Format(time.RFC3339Nano)
-		}
-		for k, v := range o.Metadata {
-			m.Headers[metaPrefix+k] = v
-		}
-		if inSandbox {
-			m.Headers[scheduler.HeaderSandbox] = sandboxOf
-		}
-	}
-	if err := m.Validate(); err != nil {
 		return nil, err
 	}
+	body := m.Body
 	if c.l != nil {
 		m.ID = broker.NewID()
 		t, created, err := c.l.Create(ctx, &ledger.Task{ID: m.ID, Tenant: o.Tenant, IdempotencyKey: o.IdempotencyKey, Kind: m.Kind,
@@ -234,6 +185,67 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		return &EnqueueResult{ID: m.ID}, nil
 	}
 	return &EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}, nil
+}
+
+// message builds and validates the message for one task: the options
+// merged with the args' own, sandbox marking when ctx is a sandboxed
+// handler's, metadata and deadline headers.
+func (c *Client) message(ctx context.Context, args TaskArgs, opts *EnqueueOpts) (*broker.Message, EnqueueOpts, error) {
+	if args == nil {
+		return nil, EnqueueOpts{}, broker.Invalidf("switchyard: nil task args")
+	}
+	o := mergeOpts(args, opts)
+	if o.Delay > 0 {
+		if _, err := broker.After("switchyard: delay", time.Now(), o.Delay); err != nil {
+			return nil, o, err
+		}
+	}
+	if err := broker.ValidateTime("switchyard: deadline", o.Deadline); err != nil {
+		return nil, o, err
+	}
+	for k := range o.Metadata {
+		if strings.HasPrefix(k, reservedPrefix) {
+			return nil, o, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)
+		}
+	}
+	sandboxOf, inSandbox := scheduler.SandboxTask(ctx)
+	if inSandbox {
+		// A sandboxed handler's tasks are sandbox copies too: their effects
+		// are recorded, not performed. Their idempotency keys are their
+		// own, so a sandbox run can never take the key a real run's task
+		// will need.
+		meta := make(map[string]string, len(o.Metadata)+1)
+		for k, v := range o.Metadata {
+			meta[k] = v
+		}
+		meta[scheduler.MetaSandboxOf] = sandboxOf
+		o.Metadata = meta
+		if o.IdempotencyKey != "" {
+			o.IdempotencyKey = "sandbox:" + sandboxOf + ":" + o.IdempotencyKey
+		}
+	}
+	body, err := json.Marshal(args)
+	if err != nil {
+		return nil, o, broker.KindError("enqueue", broker.Permanent, broker.ErrInvalid, "encode %s args: %v", args.Kind(), err)
+	}
+	m := &broker.Message{Lane: o.Lane, Kind: args.Kind(), Body: body, IdempotencyKey: o.IdempotencyKey, Tenant: o.Tenant,
+		OrderingKey: o.OrderingKey, RunAt: o.RunAt, MaxAttempts: o.MaxAttempts}
+	if !o.Deadline.IsZero() || len(o.Metadata) > 0 {
+		m.Headers = map[string]string{}
+		if !o.Deadline.IsZero() {
+			m.Headers[scheduler.HeaderDeadline] = o.Deadline.UTC().Format(time.RFC3339Nano)
+		}
+		for k, v := range o.Metadata {
+			m.Headers[metaPrefix+k] = v
+		}
+		if inSandbox {
+			m.Headers[scheduler.HeaderSandbox] = sandboxOf
+		}
+	}
+	if err := m.Validate(); err != nil {
+		return nil, o, err
+	}
+	return m, o, nil
 }
 
 func mergeOpts(args TaskArgs, opts *EnqueueOpts) EnqueueOpts {

@@ -142,6 +142,8 @@ type Broker struct {
 	// window is finite (the store, typically the ledger, then covers the
 	// longer horizon).
 	storeDedup bool
+
+	pub *groupCommit // coalesces concurrent publishes
 }
 
 // New wraps d. opts may be nil.
@@ -155,6 +157,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
+	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch, inFlight: publishInFlight(d)}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
@@ -213,7 +216,7 @@ func (b *Broker) Publish(ctx context.Context, msgs ...*Message) ([]PublishResult
 		for _, p := range pend[start:end] {
 			send = append(send, p.out)
 		}
-		rs, err := b.d.Publish(ctx, send)
+		rs, err := b.pub.publish(ctx, send)
 		if err == nil && len(rs) != len(send) {
 			err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), len(send))
 		}

@@ -22,7 +22,7 @@ import (
 // empty. The result implements LaneControls when L does; Unwrap returns L.
 //
 // Methods that carry payloads, and so are overridden here: Create, Get,
-// GetByKey, Transition, List, BeginRun, EndRun (Task.Args, Task.Result,
+// GetByKey, Transition, List, BeginRun, EndRun, CreateMany (Task.Args, Task.Result,
 // TransitionRequest.Result); GetStep, PutStep (step outputs); BeginEffect,
 // SetEffect, Effects (Effect.Result). Every other method passes through.
 // A method added to Ledger that takes or returns a Task, a step output or
@@ -299,4 +299,70 @@ func (l *codecLedger) EndRun(ctx context.Context, req RunEnd) (*Task, error) {
 		return opened, err
 	}
 	return opened, oerr
+}
+
+// CreateMany seals every task's arguments (and result) as Create does, and
+// opens the tasks it returns.
+func (l *codecLedger) CreateMany(ctx context.Context, ts []*Task) ([]CreateResult, error) {
+	sealed := make([]*Task, len(ts))
+	var pre []error // per-task sealing errors, reported in place
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		c := *t
+		if c.ID == "" {
+			c.ID = broker.NewID()
+		}
+		var err error
+		if c.Args, err = l.seal(ctx, "args", c.Args, argsAAD(&c)); err == nil {
+			c.Result, err = l.seal(ctx, "result", c.Result, resultAAD(c.ID))
+		}
+		if err != nil {
+			if pre == nil {
+				pre = make([]error, len(ts))
+			}
+			pre[i] = err
+			continue
+		}
+		sealed[i] = &c
+	}
+	// Tasks that did not seal are left out of the store's call and get
+	// their error in their place.
+	var (
+		send []*Task
+		idx  []int
+	)
+	for i, c := range sealed {
+		if pre != nil && pre[i] != nil {
+			continue
+		}
+		if c == nil {
+			c = ts[i] // nil: the store reports it
+		}
+		send = append(send, c)
+		idx = append(idx, i)
+	}
+	out := make([]CreateResult, len(ts))
+	for i := range pre {
+		if pre[i] != nil {
+			out[i].Err = pre[i]
+		}
+	}
+	if len(send) == 0 {
+		return out, nil
+	}
+	rs, err := l.Ledger.CreateMany(ctx, send)
+	if err != nil {
+		return nil, err
+	}
+	for k, r := range rs {
+		if r.Task != nil {
+			if r.Task, r.Err = l.openTask(ctx, r.Task); r.Err != nil {
+				r.Task, r.Created = nil, false
+			}
+		}
+		out[idx[k]] = r
+	}
+	return out, nil
 }

@@ -264,6 +264,14 @@ type Ledger interface {
 	// (Tenant, IdempotencyKey) is already taken it returns the existing task
 	// and created=false, without error. An empty ID is assigned.
 	Create(ctx context.Context, t *Task) (task *Task, created bool, err error)
+	// CreateMany records ts as Create would, in one transaction (PostgreSQL:
+	// one round trip in the common case), and returns one result per task,
+	// in order; see CreateResult. A task that fails validation gets its own
+	// Err and does not stop the others; a task whose (Tenant,
+	// IdempotencyKey) an earlier one in ts or the ledger holds gets that
+	// task and Created=false. The error is non-nil only when the call as a
+	// whole failed, and then none of ts was recorded.
+	CreateMany(ctx context.Context, ts []*Task) ([]CreateResult, error)
 	// Get returns the task or ErrNotFound.
 	Get(ctx context.Context, id string) (*Task, error)
 	// GetByKey returns the task holding (tenant, idempotency key) or

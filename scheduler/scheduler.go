@@ -263,17 +263,22 @@ func signal(ch chan struct{}) {
 
 func (s *Scheduler) poke() { signal(s.wake) }
 
-// fetch keeps lane's buffer topped up.
+// fetch keeps lane's buffer topped up. It receives once the buffer is down
+// to half of Config.Prefetch (the low-water mark), for as many as fit: under
+// load a slot freed at a time would otherwise mean a receive of one message
+// at a time.
 func (s *Scheduler) fetch(l *laneState) {
 	defer s.fetchWG.Done()
 	ctx := s.fetchCtx
 	backoff := 100 * time.Millisecond
+	lowWater := s.cfg.Prefetch / 2
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
+		low := len(l.buf) <= lowWater
 		paused := l.isPaused()
 		s.mu.Unlock()
-		if room <= 0 || paused {
+		if room <= 0 || !low || paused {
 			select {
 			case <-ctx.Done():
 				return

@@ -182,17 +182,32 @@ type benchArgs struct {
 
 func (benchArgs) Kind() string { return "bench.runtime" }
 
-// bulkEnqueue enqueues n tasks through Client.EnqueueMany when the build
-// has it.
-//
-// TODO(issue 15): Client.EnqueueMany is being added on another branch
-// (func (c *Client) EnqueueMany(ctx, items []EnqueueItem) ([]EnqueueManyResult, error)
-// or similar). When it lands, set bulkEnqueue to a function that calls it
-// in chunks (for example of 1,000, like river's InsertMany in the peers
-// module), returns the first per-item error, and stamps each item's
-// benchArgs.T just before its chunk's call. Until then the bulk row is
-// reported as skipped.
-var bulkEnqueue func(ctx context.Context, c *switchyard.Client, args []benchArgs) error
+// bulkEnqueue enqueues the tasks through Client.EnqueueMany in chunks of
+// 1,000 (as river's InsertMany in the peers module), stamping each item's
+// enqueue time just before its chunk's call, and returns the first
+// per-item error.
+var bulkEnqueue = func(ctx context.Context, c *switchyard.Client, args []benchArgs) error {
+	const chunk = 1000
+	for lo := 0; lo < len(args); lo += chunk {
+		hi := min(lo+chunk, len(args))
+		items := make([]switchyard.EnqueueItem, hi-lo)
+		now := time.Now().UnixNano()
+		for i := range items {
+			args[lo+i].T = now
+			items[i] = switchyard.EnqueueItem{Args: args[lo+i]} // the default lane, as Enqueue's rows
+		}
+		res, err := c.EnqueueMany(ctx, items)
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+	}
+	return nil
+}
 
 func runRuntime(ctx context.Context, cfg Config, mode Mode, brokerURL string, L ledger.Ledger, pgDSN string) (Result, error) {
 	opts := &broker.Options{Logger: cfg.Logger}

@@ -96,7 +96,7 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 			return nil, false, classify(op, err, true)
 		}
 		if t.IdempotencyKey != "" {
-			got, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2`, t.Tenant, t.IdempotencyKey))
+			got, err = scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2 AND idem_key <> ''`, t.Tenant, t.IdempotencyKey))
 			if err == nil {
 				return got, false, nil
 			}
@@ -140,7 +140,7 @@ func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task,
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2`, tenant, key))
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2 AND idem_key <> ''`, tenant, key))
 	if isNoRows(err) {
 		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
 	}

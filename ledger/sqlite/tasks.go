@@ -83,7 +83,7 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	var existing *ledger.Task
 	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		if t.IdempotencyKey != "" {
-			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ?`, t.Tenant, t.IdempotencyKey))
+			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, t.Tenant, t.IdempotencyKey))
 			if err == nil {
 				existing = e
 				return nil
@@ -148,7 +148,7 @@ func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task,
 	if err := s.read(op); err != nil {
 		return nil, err
 	}
-	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ?`, tenant, key))
+	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
 	}

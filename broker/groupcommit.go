@@ -1,0 +1,207 @@
+package broker
+
+import (
+	"context"
+	"sync"
+)
+
+// PublishConcurrency is implemented by drivers whose concurrent Publish
+// calls gain nothing from running in parallel — one database connection, one
+// script runner — and cost a transaction or a round trip each. Broker then
+// keeps at most MaxConcurrentPublishes driver publishes in flight; Publish
+// calls that arrive meanwhile are queued and, when one returns, go out
+// together in one driver batch (group commit). A caller that finds a free
+// place publishes at once, so a lone caller never waits.
+//
+// Drivers without it get every Publish call through at once, uncoalesced:
+// where a broker runs concurrent publishes in parallel (RabbitMQ confirms on
+// several channels, NATS asynchronous publishes) that measured faster.
+type PublishConcurrency interface {
+	// MaxConcurrentPublishes is at least 1.
+	MaxConcurrentPublishes() int
+}
+
+// publishInFlight is d's limit on driver publishes in flight; 0: none.
+func publishInFlight(d Driver) int {
+	if p, ok := d.(PublishConcurrency); ok {
+		return max(p.MaxConcurrentPublishes(), 1)
+	}
+	return 0
+}
+
+// groupCommit coalesces concurrent driver publishes (see
+// PublishConcurrency): while inFlight Driver.Publish calls are in flight,
+// the batches of the calls that arrive are queued, and when one returns they
+// go out together in one Driver.Publish (up to MaxBatch) — one SQLite
+// transaction, one script call — instead of one each.
+//
+// A caller that finds a free place publishes at once, so a lone caller
+// never waits; a queued caller waits at most for a publish in flight and
+// then its own. Each caller gets its own batch's results (or the
+// whole batch's error), exactly as if it had called the driver itself.
+// Queued batches keep their arrival order, and two batches that carry the
+// same idempotency key (lane, tenant, key) never share a driver batch, so a
+// driver deduplicates them exactly as it would one after the other.
+type groupCommit struct {
+	d        Driver
+	max      int // Capabilities.MaxBatch; 0: unlimited
+	inFlight int // the most driver publishes at once; 0: no limit, no coalescing
+
+	mu    sync.Mutex
+	busy  int          // driver publishes in flight
+	queue []*pubWaiter // waiting, in arrival order; only while busy == inFlight
+}
+
+// pubWaiter is one caller's batch.
+type pubWaiter struct {
+	ctx  context.Context
+	msgs []*Message
+
+	// Set before done is closed.
+	res []PublishResult
+	err error
+	// lead is set instead when this waiter is to publish a group (its own
+	// batch first) on behalf of the others.
+	lead []*pubWaiter
+	done chan struct{}
+}
+
+// publish sends msgs (at most max of them) through the driver, coalesced
+// with concurrent callers.
+func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishResult, error) {
+	if g.inFlight <= 0 {
+		return g.d.Publish(ctx, msgs)
+	}
+	g.mu.Lock()
+	if g.busy < g.inFlight {
+		g.busy++
+		g.mu.Unlock()
+		defer g.handOff() // even if the driver panics
+		return g.d.Publish(ctx, msgs)
+	}
+	w := &pubWaiter{ctx: ctx, msgs: msgs, done: make(chan struct{})}
+	g.queue = append(g.queue, w)
+	g.mu.Unlock()
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		g.mu.Lock()
+		for i, q := range g.queue {
+			if q == w {
+				// Not taken yet: nothing of it was sent.
+				g.queue = append(g.queue[:i], g.queue[i+1:]...)
+				g.mu.Unlock()
+				return nil, Wrap("publish", Transient, ctx.Err())
+			}
+		}
+		g.mu.Unlock()
+		// Taken: its outcome is on the way.
+		<-w.done
+	}
+	if w.lead != nil {
+		defer g.handOff()
+		g.flush(w.lead)
+	}
+	return w.res, w.err
+}
+
+// handOff ends the caller's turn: the next group of queued batches goes to
+// the first of them to publish, or the publisher becomes idle.
+func (g *groupCommit) handOff() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.queue) == 0 {
+		g.busy--
+		return
+	}
+	n, total := 0, 0
+	keys := map[dedupKey]bool{}
+	for _, w := range g.queue {
+		if n > 0 && g.max > 0 && total+len(w.msgs) > g.max {
+			break
+		}
+		if n > 0 && sharesKey(keys, w.msgs) {
+			break
+		}
+		for _, m := range w.msgs {
+			if m.IdempotencyKey != "" {
+				keys[dedupKey{m.Lane, m.Tenant, m.IdempotencyKey}] = true
+			}
+		}
+		total += len(w.msgs)
+		n++
+	}
+	group := make([]*pubWaiter, n)
+	copy(group, g.queue[:n])
+	g.queue = append(g.queue[:0], g.queue[n:]...)
+	leader := group[0]
+	leader.lead = group
+	close(leader.done)
+}
+
+type dedupKey struct{ lane, tenant, key string }
+
+func sharesKey(keys map[dedupKey]bool, msgs []*Message) bool {
+	for _, m := range msgs {
+		if m.IdempotencyKey != "" && keys[dedupKey{m.Lane, m.Tenant, m.IdempotencyKey}] {
+			return true
+		}
+	}
+	return false
+}
+
+// flush publishes group's batches in one driver call and gives each waiter
+// its results. The call's context ends only when every waiter's has, and
+// carries the first waiter's values.
+func (g *groupCommit) flush(group []*pubWaiter) {
+	total := 0
+	for _, w := range group {
+		total += len(w.msgs)
+	}
+	all := make([]*Message, 0, total)
+	for _, w := range group {
+		all = append(all, w.msgs...)
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
+	defer cancel()
+	var mu sync.Mutex
+	live := len(group)
+	for _, w := range group {
+		stop := context.AfterFunc(w.ctx, func() {
+			mu.Lock()
+			live--
+			if live == 0 {
+				cancel()
+			}
+			mu.Unlock()
+		})
+		defer stop()
+	}
+	rs, err := g.callDriver(ctx, all)
+	if err == nil && len(rs) != total {
+		err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), total)
+	}
+	off := 0
+	for _, w := range group {
+		if err != nil {
+			w.err = err
+		} else {
+			w.res = rs[off : off+len(w.msgs) : off+len(w.msgs)]
+		}
+		off += len(w.msgs)
+		if w != group[0] {
+			close(w.done)
+		}
+	}
+}
+
+// callDriver publishes a group's batch; a panicking driver fails the batch
+// instead of leaving the group's callers waiting for ever.
+func (g *groupCommit) callDriver(ctx context.Context, msgs []*Message) (rs []PublishResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rs, err = nil, Errorf("publish", UnknownOutcome, "driver panicked: %v", p)
+		}
+	}()
+	return g.d.Publish(ctx, msgs)
+}
