@@ -74,10 +74,12 @@ type FleetResult struct {
 	PerWorker []int `json:"per_worker"`
 	// LockWaitMax and LockWaitMean are the backends of the ledger's
 	// database waiting on a heavyweight lock (pg_stat_activity,
-	// wait_event_type 'Lock'), sampled every 250 ms during the drain: a
-	// lock convoy shows here. PostgreSQL only.
-	LockWaitMax  int     `json:"lock_wait_max"`
-	LockWaitMean float64 `json:"lock_wait_mean"`
+	// wait_event_type 'Lock'), sampled every 100 ms during the drain: a
+	// lock convoy shows here. LockWaitEvents sums the waiters seen by
+	// wait event ("extend", "transactionid", "tuple", …). PostgreSQL only.
+	LockWaitMax    int            `json:"lock_wait_max"`
+	LockWaitMean   float64        `json:"lock_wait_mean"`
+	LockWaitEvents map[string]int `json:"lock_wait_events,omitempty"`
 	// Completed is the ledger's count of completed tasks after the run (a
 	// check: it must equal Tasks).
 	Completed int `json:"completed_in_ledger"`
@@ -304,7 +306,7 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 	}
 	res.Elapsed = time.Since(start)
 	res.PGCPU, res.PGExec = pg.perTask(ctx, cfg.Tasks)
-	res.LockWaitMax, res.LockWaitMean = locks.stop()
+	res.LockWaitMax, res.LockWaitMean, res.LockWaitEvents = locks.stop()
 	for _, w := range ws {
 		_, _ = io.WriteString(w.stdin, "stop\n")
 		_ = w.stdin.Close()
@@ -528,17 +530,19 @@ loop:
 	return srv.Stop(sctx)
 }
 
-// lockSampler counts the ledger database's backends waiting on a lock.
+// lockSampler counts the ledger database's backends waiting on a lock,
+// by wait event (relation extension, a row's transaction, a tuple, …).
 type lockSampler struct {
-	stopc chan struct{}
-	done  chan struct{}
-	max   int
-	sum   int
-	n     int
+	stopc   chan struct{}
+	done    chan struct{}
+	max     int
+	sum     int
+	n       int
+	byEvent map[string]int
 }
 
 func startLockSampler(ctx context.Context, dsn string) *lockSampler {
-	s := &lockSampler{stopc: make(chan struct{}), done: make(chan struct{})}
+	s := &lockSampler{stopc: make(chan struct{}), done: make(chan struct{}), byEvent: map[string]int{}}
 	if dsn == "" {
 		close(s.done)
 		return s
@@ -550,7 +554,7 @@ func startLockSampler(ctx context.Context, dsn string) *lockSampler {
 			return
 		}
 		defer conn.Close(context.Background())
-		t := time.NewTicker(250 * time.Millisecond)
+		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
@@ -560,10 +564,21 @@ func startLockSampler(ctx context.Context, dsn string) *lockSampler {
 			case <-ctx.Done():
 				return
 			}
-			var k int
-			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&k); err != nil {
+			rows, err := conn.Query(ctx, `SELECT wait_event, count(*)::int FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' GROUP BY wait_event`)
+			if err != nil {
 				return
 			}
+			k := 0
+			for rows.Next() {
+				var ev string
+				var c int
+				if rows.Scan(&ev, &c) == nil {
+					s.byEvent[ev] += c
+					k += c
+				}
+			}
+			rows.Close()
 			s.n++
 			s.sum += k
 			s.max = max(s.max, k)
@@ -572,13 +587,15 @@ func startLockSampler(ctx context.Context, dsn string) *lockSampler {
 	return s
 }
 
-func (s *lockSampler) stop() (int, float64) {
+// stop ends the sampling: the most waiters in one sample, the mean per
+// sample, and the waiters seen per wait event (summed over samples).
+func (s *lockSampler) stop() (int, float64, map[string]int) {
 	close(s.stopc)
 	<-s.done
 	if s.n == 0 {
-		return 0, 0
+		return 0, 0, nil
 	}
-	return s.max, float64(s.sum) / float64(s.n)
+	return s.max, float64(s.sum) / float64(s.n), s.byEvent
 }
 
 // schemaOf is the schema parameter of a PostgreSQL ledger DSN.
@@ -600,7 +617,7 @@ func (rep *FleetReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%d tasks a run, medians of %d runs; %s; each worker a Server with slots %d, prefetch %d\n",
 		rep.Tasks, rep.Runs, rep.FillMethod, rep.Slots, rep.Prefetch)
 	fmt.Fprintf(w, "load average: %s at start (%s), %s at end\n\n", rep.LoadStart, rep.Started.Format("15:04 MST"), rep.LoadEnd)
-	fmt.Fprintln(w, "| worker processes | drain tasks/s | ratio to first | workers' CPU µs/task (sum) | PostgreSQL CPU µs/task | lock waiters max / mean | tasks per worker | fill tasks/s | completed in ledger |")
+	fmt.Fprintln(w, "| worker processes | drain tasks/s | ratio to first | workers' CPU µs/task (sum) | PostgreSQL CPU µs/task | lock waiters max / mean (by event, summed over samples) | tasks per worker | fill tasks/s | completed in ledger |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
 	var base float64
 	for i, r := range rep.Rows {
@@ -619,6 +636,14 @@ func (rep *FleetReport) WriteTable(w io.Writer) error {
 		}
 		if isPostgres(rep.Ledger) {
 			locks = fmt.Sprintf("%d / %.2f", r.LockWaitMax, r.LockWaitMean)
+			var evs []string
+			for ev, n := range r.LockWaitEvents {
+				evs = append(evs, fmt.Sprintf("%s %d", ev, n))
+			}
+			sort.Strings(evs)
+			if len(evs) > 0 {
+				locks += " (" + strings.Join(evs, ", ") + ")"
+			}
 		}
 		per := make([]string, len(r.PerWorker))
 		for j, n := range r.PerWorker {
