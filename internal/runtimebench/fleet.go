@@ -80,6 +80,14 @@ type FleetResult struct {
 	LockWaitMax    int            `json:"lock_wait_max"`
 	LockWaitMean   float64        `json:"lock_wait_mean"`
 	LockWaitEvents map[string]int `json:"lock_wait_events,omitempty"`
+	// Commits is the ledger database's committed transactions
+	// (pg_stat_database.xact_commit) per task during the drain, and
+	// WALBytes and WALSyncs the server's WAL volume and WAL flushes
+	// (pg_stat_wal, the whole server) per task: what group commit saves.
+	// PostgreSQL only.
+	Commits  float64 `json:"pg_commits_per_task,omitempty"`
+	WALBytes float64 `json:"pg_wal_bytes_per_task,omitempty"`
+	WALSyncs float64 `json:"pg_wal_syncs_per_task,omitempty"`
 	// Completed is the ledger's count of completed tasks after the run (a
 	// check: it must equal Tasks).
 	Completed int `json:"completed_in_ledger"`
@@ -190,6 +198,26 @@ func medianFleet(rs []FleetResult) FleetResult {
 	out.ClientCPU = med(func(r FleetResult) time.Duration { return r.ClientCPU })
 	out.PGCPU = med(func(r FleetResult) time.Duration { return r.PGCPU })
 	out.PGExec = med(func(r FleetResult) time.Duration { return r.PGExec })
+	medf := func(f func(FleetResult) float64) float64 {
+		xs := make([]float64, len(rs))
+		for i, r := range rs {
+			xs[i] = f(r)
+		}
+		sort.Float64s(xs)
+		return xs[len(xs)/2]
+	}
+	out.Commits = medf(func(r FleetResult) float64 { return r.Commits })
+	out.WALBytes = medf(func(r FleetResult) float64 { return r.WALBytes })
+	out.WALSyncs = medf(func(r FleetResult) float64 { return r.WALSyncs })
+	out.LockWaitMean = medf(func(r FleetResult) float64 { return r.LockWaitMean })
+	// The worst run's waiters, and every run's by event.
+	out.LockWaitEvents = map[string]int{}
+	for _, r := range rs {
+		out.LockWaitMax = max(out.LockWaitMax, r.LockWaitMax)
+		for ev, n := range r.LockWaitEvents {
+			out.LockWaitEvents[ev] += n
+		}
+	}
 	return out
 }
 
@@ -275,6 +303,7 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 	}
 	pg := startPGSample(ctx, pgDSN)
 	locks := startLockSampler(ctx, pgDSN)
+	c0, c0ok := pgCounters(ctx, pgDSN)
 	start := time.Now()
 	for i, w := range ws {
 		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
@@ -307,6 +336,10 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 	res.Elapsed = time.Since(start)
 	res.PGCPU, res.PGExec = pg.perTask(ctx, cfg.Tasks)
 	res.LockWaitMax, res.LockWaitMean, res.LockWaitEvents = locks.stop()
+	if c1, ok := pgCounters(ctx, pgDSN); ok && c0ok {
+		n := float64(cfg.Tasks)
+		res.Commits, res.WALBytes, res.WALSyncs = float64(c1[0]-c0[0])/n, float64(c1[1]-c0[1])/n, float64(c1[2]-c0[2])/n
+	}
 	for _, w := range ws {
 		_, _ = io.WriteString(w.stdin, "stop\n")
 		_ = w.stdin.Close()
@@ -530,6 +563,23 @@ loop:
 	return srv.Stop(sctx)
 }
 
+// pgCounters reads the database's committed transactions and the
+// server's WAL bytes and WAL syncs.
+func pgCounters(ctx context.Context, dsn string) ([3]int64, bool) {
+	var c [3]int64
+	if dsn == "" {
+		return c, false
+	}
+	conn, err := pgx.Connect(ctx, pgxDSN(dsn))
+	if err != nil {
+		return c, false
+	}
+	defer conn.Close(context.Background())
+	err = conn.QueryRow(ctx, `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
+		wal_bytes::bigint, wal_sync FROM pg_stat_wal`).Scan(&c[0], &c[1], &c[2])
+	return c, err == nil
+}
+
 // lockSampler counts the ledger database's backends waiting on a lock,
 // by wait event (relation extension, a row's transaction, a tuple, …).
 type lockSampler struct {
@@ -617,14 +667,17 @@ func (rep *FleetReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "%d tasks a run, medians of %d runs; %s; each worker a Server with slots %d, prefetch %d\n",
 		rep.Tasks, rep.Runs, rep.FillMethod, rep.Slots, rep.Prefetch)
 	fmt.Fprintf(w, "load average: %s at start (%s), %s at end\n\n", rep.LoadStart, rep.Started.Format("15:04 MST"), rep.LoadEnd)
-	fmt.Fprintln(w, "| worker processes | drain tasks/s | ratio to first | workers' CPU µs/task (sum) | PostgreSQL CPU µs/task | lock waiters max / mean (by event, summed over samples) | tasks per worker | fill tasks/s | completed in ledger |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| worker processes | drain tasks/s | ratio to first | workers' CPU µs/task (sum) | PostgreSQL CPU µs/task | PostgreSQL commits / WAL flushes / WAL KB per task | lock waiters: max / median mean (by wait event, summed over samples and runs) | tasks per worker | fill tasks/s | completed in ledger |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	var base float64
 	for i, r := range rep.Rows {
 		if i == 0 {
 			base = r.PerSecond()
 		}
-		ratio, pg, locks := "", "", ""
+		ratio, pg, locks, pgc := "", "", "", ""
+		if r.Commits > 0 {
+			pgc = fmt.Sprintf("%.2f / %.2f / %.1f", r.Commits, r.WALSyncs, r.WALBytes/1024)
+		}
 		if base > 0 {
 			ratio = fmt.Sprintf("%.2f", r.PerSecond()/base)
 		}
@@ -653,7 +706,7 @@ func (rep *FleetReport) WriteTable(w io.Writer) error {
 		if r.Fill > 0 {
 			fill = float64(r.Tasks) / r.Fill.Seconds()
 		}
-		fmt.Fprintf(w, "| %d | %.0f | %s | %.0f | %s | %s | %s | %.0f | %d |\n", r.Procs, r.PerSecond(), ratio, us(r.ClientCPU), pg, locks,
+		fmt.Fprintf(w, "| %d | %.0f | %s | %.0f | %s | %s | %s | %s | %.0f | %d |\n", r.Procs, r.PerSecond(), ratio, us(r.ClientCPU), pg, pgc, locks,
 			strings.Join(per, " + "), fill, r.Completed)
 	}
 	return nil
