@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os/exec"
 	"runtime"
 	"sort"
@@ -72,10 +73,10 @@ type FleetResult struct {
 	PGExec time.Duration `json:"pg_exec_per_task_ns,omitempty"`
 	// PerWorker is how many tasks each worker completed.
 	PerWorker []int `json:"per_worker"`
-	// LockWaitMax and LockWaitMean are the backends of the ledger's
-	// database waiting on a heavyweight lock (pg_stat_activity,
-	// wait_event_type 'Lock'), sampled every 100 ms during the drain: a
-	// lock convoy shows here. LockWaitEvents sums the waiters seen by
+	// LockWaitMax and LockWaitMean are the run's PostgreSQL backends
+	// (application_name = the run's namespace) waiting on a heavyweight
+	// lock (pg_stat_activity, wait_event_type 'Lock'), sampled every
+	// 100 ms during the drain: a lock convoy shows here. LockWaitEvents sums the waiters seen by
 	// wait event ("extend", "transactionid", "tuple", …). PostgreSQL only.
 	LockWaitMax    int            `json:"lock_wait_max"`
 	LockWaitMean   float64        `json:"lock_wait_mean"`
@@ -252,6 +253,16 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 		return FleetResult{}, err
 	}
 	defer cleanLedger()
+	if isPostgres(dsn) {
+		// The run's connections carry the namespace as their
+		// application_name, so that the lock sampler counts only them.
+		if u, err := url.Parse(dsn); err == nil && u.Query().Get("application_name") == "" {
+			q := u.Query()
+			q.Set("application_name", ns)
+			u.RawQuery = q.Encode()
+			dsn = u.String()
+		}
+	}
 	res := FleetResult{Procs: p, Tasks: cfg.Tasks}
 
 	// Fill: the ledger records and the broker's messages, before any
@@ -302,7 +313,7 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 		pgDSN = dsn
 	}
 	pg := startPGSample(ctx, pgDSN)
-	locks := startLockSampler(ctx, pgDSN)
+	locks := startLockSampler(ctx, pgDSN, appName(pgDSN))
 	c0, c0ok := pgCounters(ctx, pgDSN)
 	start := time.Now()
 	for i, w := range ws {
@@ -580,7 +591,17 @@ func pgCounters(ctx context.Context, dsn string) ([3]int64, bool) {
 	return c, err == nil
 }
 
-// lockSampler counts the ledger database's backends waiting on a lock,
+// appName is the application_name of a PostgreSQL DSN.
+func appName(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("application_name")
+}
+
+// lockSampler counts the run's backends (those whose application_name is
+// the run's) waiting on a lock,
 // by wait event (relation extension, a row's transaction, a tuple, …).
 type lockSampler struct {
 	stopc   chan struct{}
@@ -591,7 +612,7 @@ type lockSampler struct {
 	byEvent map[string]int
 }
 
-func startLockSampler(ctx context.Context, dsn string) *lockSampler {
+func startLockSampler(ctx context.Context, dsn, app string) *lockSampler {
 	s := &lockSampler{stopc: make(chan struct{}), done: make(chan struct{}), byEvent: map[string]int{}}
 	if dsn == "" {
 		close(s.done)
@@ -615,7 +636,7 @@ func startLockSampler(ctx context.Context, dsn string) *lockSampler {
 				return
 			}
 			rows, err := conn.Query(ctx, `SELECT wait_event, count(*)::int FROM pg_stat_activity
-				WHERE datname = current_database() AND wait_event_type = 'Lock' GROUP BY wait_event`)
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = $1 GROUP BY wait_event`, app)
 			if err != nil {
 				return
 			}
@@ -650,12 +671,8 @@ func (s *lockSampler) stop() (int, float64, map[string]int) {
 
 // schemaOf is the schema parameter of a PostgreSQL ledger DSN.
 func schemaOf(dsn string) string {
-	if i := strings.Index(dsn, "schema="); i >= 0 {
-		s := dsn[i+len("schema="):]
-		if j := strings.IndexByte(s, '&'); j >= 0 {
-			s = s[:j]
-		}
-		return s
+	if u, err := url.Parse(dsn); err == nil && u.Query().Get("schema") != "" {
+		return u.Query().Get("schema")
 	}
 	return "public"
 }
