@@ -87,6 +87,7 @@ func runBenchFleetWorker(ctx context.Context, args []string, stdout, stderr io.W
 	id := fs.String("worker-id", "", "worker id")
 	verbose := fs.Bool("v", false, "log warnings to stderr")
 	if _, err := parseInterspersed(fs, args); err != nil || *url == "" || *dsn == "" {
+		fmt.Fprintln(stderr, "usage: switchyard bench fleet-worker --broker URL --ledger DSN (run by bench fleet, which drives it over stdin and stdout)")
 		return errUsage
 	}
 	cfg := runtimebench.FleetWorkerConfig{BrokerURL: *url, LedgerDSN: *dsn, Slots: *slots, Prefetch: *prefetch, WorkerID: *id}
