@@ -19,6 +19,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "runtime" {
 		return runBenchRuntime(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 {
+		switch args[0] {
+		case "fleet":
+			return runBenchFleet(ctx, args[1:], stdout, stderr)
+		case "fleet-worker":
+			return runBenchFleetWorker(ctx, args[1:], stdout, stderr)
+		case "prune":
+			return runBenchPrune(ctx, args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	n := fs.Int("n", 20000, "messages")
@@ -35,7 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	if len(pos) != 1 || pos[0] != "embedded" && pos[0] != "broker" && pos[0] != "lanes" {
-		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL | lanes [--broker URL] [--window 30s] [--only S3] | runtime [--broker URL] [--ledger DSN] (see bench runtime -h)")
+		fmt.Fprintln(stderr, "usage: switchyard bench [flags] embedded | broker --broker URL | lanes [--broker URL] [--window 30s] [--only S3] | runtime [--broker URL] [--ledger DSN] | fleet --ledger DSN [--broker URL] [--procs 1,3] | prune --ledger DSN [--rows N] (see bench runtime|fleet|prune -h)")
 		return errUsage
 	}
 	if pos[0] == "lanes" {

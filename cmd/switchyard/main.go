@@ -12,7 +12,8 @@
 //	switchyard review ls|show|claim|approve|reject    the human-review queue
 //	switchyard admin --broker URL --ledger DSN --listen ADDR   the admin API, ingestion and the dashboard
 //	switchyard migrate --from URL --to URL            move queued and dead-lettered messages between brokers
-//	switchyard bench embedded|broker|lanes|runtime    throughput, lane isolation, the runtime against the adapter
+//	switchyard bench embedded|broker|lanes|runtime|fleet|prune   throughput, lane isolation, the runtime against the adapter,
+//	                                                  worker processes sharing a ledger, pruning at scale
 //
 // The operator commands print human-readable tables by default and JSON
 // with --json. Filters: --state, --kind, --lane, --tenant, --id
@@ -52,7 +53,7 @@ func commands() []command {
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
 		{"admin", "serve the admin HTTP API, the ingestion endpoint and the web dashboard", runAdmin},
 		{"migrate", "move queued and dead-lettered messages from one broker to another", runMigrate},
-		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes), or the runtime through the public API (bench runtime --broker URL [--ledger DSN])", runBench},
+		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes), or the runtime through the public API (bench runtime --broker URL [--ledger DSN]), worker processes sharing a ledger (bench fleet --ledger DSN), pruning at scale (bench prune --ledger DSN)", runBench},
 	}
 }
 

@@ -49,4 +49,12 @@
 // Every run uses a fresh namespace on the broker (sybench<hex>) and a fresh
 // ledger schema or file, and removes them afterwards (queues, streams, keys
 // and schema; best effort, failures are logged).
+//
+// # Fleet and pruning
+//
+// Fleet (`switchyard bench fleet`) measures P worker processes sharing one
+// ledger draining a pre-filled queue; Prune (`switchyard bench prune`)
+// fills a ledger with completed tasks, reports its table sizes, and times
+// the ledger's hot path with and without a concurrent Prune. docs/BENCHMARKS.md
+// ("Fleet and pruning") describes both methods.
 package runtimebench
