@@ -452,6 +452,12 @@ func TestClient_ReplaySandboxChildTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return sends.Load() == 1 })
+	// The handler records the child after its effect returns: wait for it.
+	waitFor(t, 10*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(children) == 2
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(children) != 2 {
