@@ -188,6 +188,7 @@ const (
 	rSyRedisOff      = "Switchyard, Redis (asynq adapter), ledger off"
 	rSyRedisPG       = "Switchyard, Redis, PostgreSQL ledger"
 	rSyRedisPGStep   = "Switchyard, Redis, PostgreSQL ledger, 1 Step + 1 Effect"
+	rSyRedisPGMany   = "Switchyard, Redis, PostgreSQL ledger, EnqueueMany ×1,000"
 	rSyEmbeddedOff   = "Switchyard, embedded, ledger off"
 	rSyEmbeddedSQL   = "Switchyard, embedded, SQLite ledger"
 	rSyRedisSQL      = "Switchyard, Redis, SQLite ledger"
@@ -196,6 +197,7 @@ const (
 var ratios = []struct{ num, den string }{
 	{rSyRedisPG, rRiverPGOne},
 	{rSyRedisPG, rRiverPGMany},
+	{rSyRedisPGMany, rRiverPGMany},
 	{rSyEmbeddedSQL, rRiverSQLiteMany},
 	{rSyEmbeddedSQL, rRiverSQLiteOne},
 	{rSyRedisSQL, rRiverSQLiteMany},
@@ -228,6 +230,7 @@ func allRows() []row {
 		{rAsynq, false, asynqRun},
 		{rSyRedisOff, false, sy(redisURL, nil, runtimebench.LedgerOff)},
 		{rSyRedisPG, true, sy(redisURL, pgLedger, runtimebench.LedgerOn)},
+		{rSyRedisPGMany, true, sy(redisURL, pgLedger, runtimebench.LedgerOnBulk)},
 		{rSyRedisPGStep, true, sy(redisURL, pgLedger, runtimebench.LedgerOnStepEff)},
 		{rSyRedisSQL, false, sy(redisURL, sqliteLedger, runtimebench.LedgerOn)},
 		{rSyEmbeddedOff, false, sy(embedded, nil, runtimebench.LedgerOff)},
