@@ -231,7 +231,25 @@ func TestChaos(t *testing.T, h *Harness, o ChaosOptions) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %d of %d tasks completed, %d kills", o.Timeout, completed, o.Tasks, kills)
+			var stuck []string
+			for _, id := range ids {
+				tk, err := e.L.Get(ctxFor(t, 10*time.Second), id)
+				if err != nil || tk.State != ledger.Completed {
+					if len(stuck) < 5 {
+						evs, _ := e.L.Events(ctxFor(t, 10*time.Second), id)
+						last := ""
+						for _, ev := range evs[max(0, len(evs)-6):] {
+							last += fmt.Sprintf(" [%s→%s %s %q]", ev.From, ev.To, ev.Reason, ev.Detail)
+						}
+						if tk != nil {
+							stuck = append(stuck, fmt.Sprintf("%s %s attempt %d lease %v last error %q; events%s", id, tk.State, tk.Attempt, tk.LeaseUntil, tk.LastError, last))
+						} else {
+							stuck = append(stuck, fmt.Sprintf("%s: %v", id, err))
+						}
+					}
+				}
+			}
+			t.Fatalf("after %s: %d of %d tasks completed, %d kills; not completed: %s", o.Timeout, completed, o.Tasks, kills, strings.Join(stuck, "; "))
 		}
 		time.Sleep(20 * time.Millisecond)
 		for i, w := range workers {

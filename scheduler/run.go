@@ -283,6 +283,20 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 			}
 			continue
 		case errors.Is(err, ledger.ErrConflict) && t != nil:
+			if t.State == ledger.Running && !t.LeaseUntil.IsZero() {
+				// A redelivery after a crash comes when the broker lease
+				// ends, about when the gone holder's ledger lease ends
+				// too. When that is moments away, wait for it here rather
+				// than hand the delivery back (which costs a receive, and
+				// on SQS a step towards its redrive count).
+				if wait := time.Until(t.LeaseUntil); wait <= s.cfg.Heartbeat {
+					select {
+					case <-time.After(max(wait, 0) + 50*time.Millisecond):
+						continue
+					case <-ctx.Done():
+					}
+				}
+			}
 			if !s.held(ctx, d, t) {
 				return nil, 0, false
 			}
