@@ -43,7 +43,8 @@ type Options struct {
 	// NoGroupCommit turns group commit off: every write is its own
 	// statement and commit (see group.go). By default the runtime's hot
 	// writes that arrive together share one round trip and one commit,
-	// through as many writer goroutines as the pool has connections.
+	// through one writer goroutine per pool connection but one (left for
+	// reads).
 	// DSN: group_commit=false.
 	NoGroupCommit bool
 }
@@ -156,7 +157,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, err
 	}
 	if !o.NoGroupCommit {
-		s.startGroup(int(max(cfg.MaxConns, 1)))
+		s.startGroup(int(max(cfg.MaxConns-1, 1))) // one connection left for reads
 	}
 	return s, nil
 }
