@@ -142,7 +142,22 @@ func Redact(u *url.URL) string {
 	if changed {
 		c.RawQuery = q.Encode()
 	}
-	return c.String()
+	out := c.String()
+	if r, err := url.Parse(out); err != nil || r.Scheme != c.Scheme || r.Host != c.Host || r.Path != c.Path ||
+		r.RawQuery != c.RawQuery || userString(r.User) != userString(c.User) {
+		// A URL that does not read back the way it was written (a path
+		// that renders as a host or as user information, say) could show
+		// a secret in the part that moved: show nothing of it.
+		return "(a URL that does not print back unambiguously; redacted)"
+	}
+	return out
+}
+
+func userString(u *url.Userinfo) string {
+	if u == nil {
+		return ""
+	}
+	return "u:" + u.String()
 }
 
 func isSecretParam(name string) bool {
