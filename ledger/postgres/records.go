@@ -32,6 +32,16 @@ func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
 	return classify(op, err, true)
 }
 
+// finishAttemptSQL records an attempt's outcome ($1 task … $9 stack):
+// FinishAttempt, and EndRun's statements (run.go).
+const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		ON CONFLICT (task_id, number) DO UPDATE SET
+			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
+			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
+			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
+			error = EXCLUDED.error, stack = EXCLUDED.stack`
+
 // FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
 // what StartAttempt recorded.
 func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
@@ -42,13 +52,7 @@ func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (task_id, number) DO UPDATE SET
-			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
-			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
-			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
-			error = EXCLUDED.error, stack = EXCLUDED.stack`,
+	_, err := s.pool.Exec(ctx, finishAttemptSQL,
 		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 	if isFK(err) {
 		return store.NotFound(op, "task %s", a.TaskID)

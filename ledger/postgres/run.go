@@ -89,15 +89,10 @@ func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task
 	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the run", req.ID), true)
 }
 
-// attemptUpsert is FinishAttempt's statement, as a CTE body with its
-// parameters from $14.
-const attemptUpsert = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-		VALUES ($14, $15, $16, $17, $18, $19, $20, $21, $22)
-		ON CONFLICT (task_id, number) DO UPDATE SET
-			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
-			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
-			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
-			error = EXCLUDED.error, stack = EXCLUDED.stack`
+// attemptUpsert is finishAttemptSQL with its parameters from $14, to
+// follow transitionSQL's in one statement.
+var attemptUpsert = strings.NewReplacer("$1", "$14", "$2", "$15", "$3", "$16", "$4", "$17", "$5", "$18",
+	"$6", "$19", "$7", "$20", "$8", "$21", "$9", "$22").Replace(finishAttemptSQL)
 
 // endRunSQL records the attempt and applies the transition
 // (transitionSQL) in one statement: every data-modifying CTE runs, so the
@@ -107,8 +102,7 @@ var endRunSQL = `WITH a AS (` + attemptUpsert + `), ` + strings.TrimPrefix(trans
 // endRunLeaseSQL records the attempt and gives its lease up: it ends now
 // (not NULL, which marks a run from before leases), so the next delivery
 // takes the task over at once.
-var endRunLeaseSQL = `WITH a AS (` + strings.NewReplacer("$14", "$1", "$15", "$2", "$16", "$3", "$17", "$4", "$18", "$5",
-	"$19", "$6", "$20", "$7", "$21", "$8", "$22", "$9").Replace(attemptUpsert) + `)
+var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 	UPDATE ledger_tasks SET lease_until = clock_timestamp() WHERE id = $1 AND state = 'running' AND attempt = $2`
 
 // EndRun implements ledger.Ledger in one statement.

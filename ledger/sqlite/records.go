@@ -31,6 +31,15 @@ func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
 	})
 }
 
+// finishAttemptSQL records an attempt's outcome (FinishAttempt, EndRun).
+const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (task_id, number) DO UPDATE SET
+				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
+				start_at = COALESCE(excluded.start_at, start_at),
+				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
+				error = excluded.error, stack = excluded.stack`
+
 // FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
 // what StartAttempt recorded.
 func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
@@ -39,13 +48,7 @@ func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 		return err
 	}
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (task_id, number) DO UPDATE SET
-				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
-				start_at = COALESCE(excluded.start_at, start_at),
-				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
-				error = excluded.error, stack = excluded.stack`,
+		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if isFK(err) {
 			return store.NotFound(op, "task %s", a.TaskID)

@@ -79,13 +79,7 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	)
 	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		out, conflict = nil, nil
-		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (task_id, number) DO UPDATE SET
-				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
-				start_at = COALESCE(excluded.start_at, start_at),
-				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
-				error = excluded.error, stack = excluded.stack`,
+		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if isFK(err) {
 			return store.NotFound(op, "task %s", a.TaskID)
