@@ -453,18 +453,7 @@ func TestE2EEffectAfterCrash(t *testing.T, h *Harness) {
 	killChildAt(t, h, e, "e2e-effect", "EFFECT_DONE", file)
 	var reconciled atomic.Int32
 	_ = switchyard.Register(e.srv, func(ctx context.Context, tk *switchyard.Task[e2eArgs]) error {
-		_, err := switchyard.Effect(ctx, "email", func(ctx context.Context) (bool, error) {
-			return true, appendLine(file, "sent "+tk.ID)
-		}, &switchyard.EffectOpts{Reconcile: func(ctx context.Context) (bool, []byte, error) {
-			reconciled.Add(1)
-			for _, l := range readLines(t, file) {
-				if l == "sent "+tk.ID {
-					return true, []byte("true"), nil
-				}
-			}
-			return false, nil, nil
-		}})
-		return err
+		return sendEmailOnce(ctx, t, file, tk.ID, &reconciled)
 	}, nil)
 	e.start()
 	task := e.waitState(id, 60*time.Second, ledger.Completed, ledger.Dead)
@@ -481,6 +470,23 @@ func TestE2EEffectAfterCrash(t *testing.T, h *Harness) {
 	if err != nil || len(effs) != 1 || effs[0].State != ledger.EffectConfirmed {
 		t.Errorf("effects %+v (%v), want one confirmed", effs, err)
 	}
+}
+
+// sendEmailOnce is the crash cases' effect: it appends "sent <id>" to
+// file, and its reconcile function (counted in reconciled) finds that line.
+func sendEmailOnce(ctx context.Context, t *testing.T, file, id string, reconciled *atomic.Int32) error {
+	_, err := switchyard.Effect(ctx, "email", func(ctx context.Context) (bool, error) {
+		return true, appendLine(file, "sent "+id)
+	}, &switchyard.EffectOpts{Reconcile: func(ctx context.Context) (bool, []byte, error) {
+		reconciled.Add(1)
+		for _, l := range readLines(t, file) {
+			if l == "sent "+id {
+				return true, []byte("true"), nil
+			}
+		}
+		return false, nil, nil
+	}})
+	return err
 }
 
 // TestE2EAttemptsExhausted: a task that keeps failing is dead-lettered after

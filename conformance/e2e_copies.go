@@ -139,18 +139,7 @@ func TestE2ECopyDuringEffectCrash(t *testing.T, h *Harness) {
 	)
 	_ = switchyard.Register(e.srv, func(ctx context.Context, tk *switchyard.Task[e2eArgs]) error {
 		defer ov.enter()()
-		_, err := switchyard.Effect(ctx, "email", func(ctx context.Context) (bool, error) {
-			return true, appendLine(file, "sent "+tk.ID)
-		}, &switchyard.EffectOpts{Reconcile: func(ctx context.Context) (bool, []byte, error) {
-			reconciled.Add(1)
-			for _, l := range readLines(t, file) {
-				if l == "sent "+tk.ID {
-					return true, []byte("true"), nil
-				}
-			}
-			return false, nil, nil
-		}})
-		return err
+		return sendEmailOnce(ctx, t, file, tk.ID, &reconciled)
 	}, nil)
 	e.start()
 	body, _ := json.Marshal(e2eArgs{Scenario: "copy-effect-crash"})
