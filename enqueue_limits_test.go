@@ -3,6 +3,7 @@ package switchyard_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,5 +34,35 @@ func TestClient_EnqueueRefusesWrappingTimes(t *testing.T) {
 		if s, err := b.Stats(ctx, lane); err != nil || s.Ready+s.Delayed != 0 {
 			t.Errorf("lane %s after refused enqueues: %+v, %v; want empty", lane, s, err)
 		}
+	}
+}
+
+// TestClient_EnqueueRefusesBadOrderingKeys: an ordering key over
+// broker.MaxKeyLen bytes or with a control character is a typed error at
+// enqueue (never truncated), and nothing is published.
+func TestClient_EnqueueRefusesBadOrderingKeys(t *testing.T) {
+	t.Parallel()
+	b, c, _ := setup(t)
+	ctx := context.Background()
+	long := make([]byte, broker.MaxKeyLen+1)
+	for i := range long {
+		long[i] = 'k'
+	}
+	for name, key := range map[string]string{
+		"too long": string(long),
+		"newline":  "conv\n1",
+		"NUL":      "conv\x001",
+		"DEL":      "conv\x7f",
+	} {
+		_, err := c.Enqueue(ctx, echoArgs{N: 1}, &switchyard.EnqueueOpts{OrderingKey: key})
+		if !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), "ordering key") {
+			t.Errorf("%s: Enqueue = %v, want ErrInvalid naming the ordering key", name, err)
+		}
+	}
+	if _, err := c.Enqueue(ctx, echoArgs{N: 1}, &switchyard.EnqueueOpts{OrderingKey: string(long[:broker.MaxKeyLen])}); err != nil {
+		t.Errorf("a key of exactly %d bytes: %v", broker.MaxKeyLen, err)
+	}
+	if s, err := b.Stats(ctx, "batch"); err != nil || s.Ready+s.Delayed != 1 {
+		t.Errorf("lane batch: %+v, %v; want only the valid task", s, err)
 	}
 }

@@ -39,11 +39,17 @@ type EnqueueManyResult struct {
 // failed (the ledger's transaction did), and then nothing was recorded or
 // published.
 func (c *Client) EnqueueMany(ctx context.Context, items []EnqueueItem) ([]EnqueueManyResult, error) {
+	if c.reliable {
+		return c.enqueueManyReliable(ctx, items)
+	}
 	res := make([]EnqueueManyResult, len(items))
 	msgs := make([]*broker.Message, len(items)) // nil: not to publish
 	opts := make([]EnqueueOpts, len(items))
 	for i, it := range items {
 		m, o, err := c.message(ctx, it.Args, it.Opts)
+		if err == nil && (o.ConcurrencyKey != "" || o.OnConcurrent != CancelInProgress) {
+			err = broker.Invalidf("switchyard: EnqueueMany does not take a ConcurrencyKey; use Enqueue")
+		}
 		if err != nil {
 			res[i].Err = err
 			continue

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +43,32 @@ type ReviewFilter struct {
 // ErrNotAwaitingReview is returned when approving, rejecting or claiming a
 // task that is not awaiting review.
 var ErrNotAwaitingReview = errors.New("switchyard: task is not awaiting review")
+
+// ErrClaimedByOther is returned when a reviewer claims, approves or rejects
+// a review another reviewer has claimed: a claim is enforced, so two
+// reviewers never decide one task. It matches ledger.ErrConflict too.
+var ErrClaimedByOther = fmt.Errorf("switchyard: the review is claimed by another reviewer: %w", ledger.ErrConflict)
+
+// claimedByOther is the error for reviewer acting on task id claimed by
+// holder.
+func claimedByOther(id, holder string) error {
+	return fmt.Errorf("%w: task %s is claimed by %s; only %s can approve or reject it", ErrClaimedByOther, id, holder, holder)
+}
+
+// checkClaim refuses reviewer's decision on task id when another reviewer
+// holds its claim. (A claim taken between this check and the decision is
+// not seen: claims keep reviewers from colliding, the ledger's transition
+// keeps the decision single.)
+func (c *Client) checkClaim(ctx context.Context, id, reviewer string) error {
+	it, err := c.Review(ctx, id)
+	if err != nil {
+		return err
+	}
+	if it.ClaimedBy != "" && it.ClaimedBy != reviewer {
+		return claimedByOther(id, it.ClaimedBy)
+	}
+	return nil
+}
 
 // Reviews lists tasks awaiting review, oldest first.
 func (c *Client) Reviews(ctx context.Context, f ReviewFilter) ([]*ReviewItem, error) {
@@ -118,13 +143,14 @@ func (c *Client) Claim(ctx context.Context, id, reviewer string) error {
 		return broker.Invalidf("switchyard: a reviewer name is required")
 	}
 	if it.ClaimedBy != "" && it.ClaimedBy != reviewer {
-		return fmt.Errorf("switchyard: task %s is claimed by %s", id, it.ClaimedBy)
+		return claimedByOther(id, it.ClaimedBy)
 	}
 	return c.l.AppendEvent(ctx, ledger.Event{TaskID: id, At: time.Now(), Reason: "review_claimed", Actor: "reviewer:" + reviewer})
 }
 
 // Approve resumes the task in its own lane; the handler sees the decision in
-// Task.Review.
+// Task.Review. A task claimed by another reviewer is refused with
+// ErrClaimedByOther.
 func (c *Client) Approve(ctx context.Context, id, reviewer, note string) error {
 	if c.l == nil {
 		return ErrNoLedger
@@ -132,8 +158,19 @@ func (c *Client) Approve(ctx context.Context, id, reviewer, note string) error {
 	if reviewer == "" {
 		return broker.Invalidf("switchyard: a reviewer name is required")
 	}
+	if err := c.checkClaim(ctx, id, reviewer); err != nil {
+		return err
+	}
+	cur, err := c.l.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	// The resumed run is a new attempt in the ledger (its number one past
+	// the parked one's) with a fresh retry budget on the broker, as a
+	// task resumed after AwaitEvent: waiting for a reviewer is not
+	// failing, so a task may be approved more times than it has attempts.
 	t, err := c.l.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.AwaitingReview}, To: ledger.Queued,
-		Reason: "approved", Detail: note, Actor: "reviewer:" + reviewer})
+		Reason: "approved", Detail: note, Actor: "reviewer:" + reviewer, Attempt: cur.Attempt + 1, IfAttemptBelow: cur.Attempt + 1})
 	if errors.Is(err, ledger.ErrConflict) {
 		return fmt.Errorf("%w: %v", ErrNotAwaitingReview, err)
 	}
@@ -143,12 +180,6 @@ func (c *Client) Approve(ctx context.Context, id, reviewer, note string) error {
 	rev, _ := json.Marshal(scheduler.Review{Approved: true, Reviewer: reviewer, Note: note})
 	m := &broker.Message{ID: t.ID, Lane: t.Lane, Kind: t.Kind, Body: t.Args, Tenant: t.Tenant, OrderingKey: t.OrderingKey,
 		MaxAttempts: t.MaxAttempts, Headers: map[string]string{scheduler.HeaderReview: string(rev)}}
-	if t.Attempt > 0 {
-		// Deliveries of the resumed task continue the attempt count, so a
-		// redelivery after a crash is newer than the ledger's record and can
-		// take the task over.
-		m.Headers[broker.HeaderAttemptBase] = strconv.Itoa(t.Attempt)
-	}
 	for k, v := range t.Metadata {
 		m.Headers[metaPrefix+k] = v
 	}
@@ -165,13 +196,17 @@ func (c *Client) Approve(ctx context.Context, id, reviewer, note string) error {
 	return nil
 }
 
-// Reject ends the task with the reviewer's reason.
+// Reject ends the task with the reviewer's reason. A task claimed by
+// another reviewer is refused with ErrClaimedByOther.
 func (c *Client) Reject(ctx context.Context, id, reviewer, reason string) error {
 	if c.l == nil {
 		return ErrNoLedger
 	}
 	if reviewer == "" || reason == "" {
 		return broker.Invalidf("switchyard: rejecting needs a reviewer and a reason")
+	}
+	if err := c.checkClaim(ctx, id, reviewer); err != nil {
+		return err
 	}
 	msg := "rejected by " + reviewer + ": " + reason
 	_, err := c.l.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.AwaitingReview}, To: ledger.Rejected,

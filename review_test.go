@@ -3,8 +3,11 @@ package switchyard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
 type refundArgs struct {
@@ -64,6 +68,16 @@ func TestReview_ApproveAndReject(t *testing.T) {
 	}
 	if err := c.Claim(ctx, a.ID, "bob"); err == nil {
 		t.Fatal("bob claimed a review alice holds")
+	}
+	// Issue 20, item 7: the claim is enforced on the decision too.
+	if err := c.Approve(ctx, a.ID, "bob", "looks fine"); !errors.Is(err, switchyard.ErrClaimedByOther) || !strings.Contains(err.Error(), "claimed by alice") {
+		t.Fatalf("bob approved a review alice holds: %v, want ErrClaimedByOther", err)
+	}
+	if err := c.Reject(ctx, a.ID, "bob", "no"); !errors.Is(err, switchyard.ErrClaimedByOther) {
+		t.Fatalf("bob rejected a review alice holds: %v, want ErrClaimedByOther", err)
+	}
+	if it, err := c.Review(ctx, a.ID); err != nil || it.ClaimedBy != "alice" {
+		t.Fatalf("after bob's refused decisions: %+v %v", it, err)
 	}
 	if err := c.Approve(ctx, a.ID, "alice", "customer is right"); err != nil {
 		t.Fatal(err)
@@ -175,4 +189,65 @@ func withLedger(t *testing.T) (ledger.Ledger, *broker.Broker, *switchyard.Client
 		t.Fatal(err)
 	}
 	return L, b, c
+}
+
+type stagesArgs struct{}
+
+func (stagesArgs) Kind() string { return "test.stages" }
+
+// TestReview_ApprovedMoreTimesThanAttempts: waiting for a reviewer is not
+// failing: a task approved more times than its attempt limit (a
+// four-stage sign-off, two attempts) completes rather than being
+// dead-lettered, and its ledger attempt numbers keep counting.
+func TestReview_ApprovedMoreTimesThanAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	L, b, c := withLedger(t)
+	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, PollWait: 20 * time.Millisecond,
+		Retry: scheduler.RetryPolicy{Base: 10 * time.Millisecond, Jitter: scheduler.NoJitter, MaxAttempts: 2}})
+	const stages = 4
+	var runs atomic.Int32
+	_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[stagesArgs]) error {
+		if n := runs.Add(1); n <= stages {
+			return switchyard.AwaitApproval(fmt.Sprintf("sign-off %d of %d", n, stages), "ship")
+		}
+		return nil
+	}, nil)
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop(ctx)
+	res, err := c.Enqueue(ctx, stagesArgs{}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range stages {
+		waitFor(t, 10*time.Second, func() bool {
+			tk, err := L.Get(ctx, res.ID)
+			return err == nil && tk.State == ledger.AwaitingReview
+		})
+		if err := c.Approve(ctx, res.ID, "alice", fmt.Sprintf("stage %d", i+1)); err != nil {
+			t.Fatalf("approval %d: %v", i+1, err)
+		}
+	}
+	var tk *ledger.Task
+	waitFor(t, 10*time.Second, func() bool {
+		tk, err = L.Get(ctx, res.ID)
+		return err == nil && tk.State.Terminal()
+	})
+	if tk.State != ledger.Completed || runs.Load() != stages+1 {
+		t.Fatalf("task %s after %d approvals (%d runs): %q", tk.State, stages, runs.Load(), tk.LastError)
+	}
+	atts, err := L.Attempts(ctx, res.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(atts); i++ {
+		if atts[i].Number <= atts[i-1].Number {
+			t.Errorf("attempt numbers do not increase: %d then %d", atts[i-1].Number, atts[i].Number)
+		}
+	}
+	if len(atts) != stages+1 {
+		t.Errorf("%d attempts recorded, want %d", len(atts), stages+1)
+	}
 }

@@ -87,6 +87,19 @@ type EnqueueOpts struct {
 	// and the ledger). Keys starting with "switchyard-" are reserved for the
 	// framework (a sandbox copy's scheduler.MetaSandboxOf, say) and refused.
 	Metadata map[string]string
+	// ConcurrencyKey (with a ledger): of the live tasks of one tenant and
+	// kind that share it, OnConcurrent decides which go on (cancel.go).
+	// Defaults to "" (none). Not accepted by EnqueueMany.
+	ConcurrencyKey string
+	// OnConcurrent is the ConcurrencyKey policy. Defaults to
+	// CancelInProgress.
+	OnConcurrent ConcurrencyPolicy
+	// CacheKey names the prompt prefix the task's model call shares with
+	// others (a system prompt, a document): the provider-batch lane orders
+	// a batch so that tasks of one key run back to back, and spend reports
+	// the cached-token share per key. Kept as metadata
+	// scheduler.MetaCacheKey. Defaults to "".
+	CacheKey string
 }
 
 // EnqueueResult says what Enqueue did.
@@ -95,6 +108,9 @@ type EnqueueResult struct {
 	// Duplicate reports that the idempotency key was already used: ID is
 	// the existing task's and nothing new was enqueued.
 	Duplicate bool
+	// Cancelled reports that the task was recorded cancelled and not
+	// published (EnqueueOpts.OnConcurrent CancelNewest).
+	Cancelled bool
 }
 
 // ClientConfig configures a Client. A nil *ClientConfig means defaults.
@@ -109,6 +125,16 @@ type ClientConfig struct {
 	// it is published (after validation and ledger recording): the place
 	// to inject trace context into m.Headers. Defaults to nil.
 	BeforePublish func(ctx context.Context, m *broker.Message)
+	// ReliablePush makes Enqueue and EnqueueMany with a ledger that has an
+	// outbox succeed while the broker is unreachable: each task is
+	// recorded with an outbox row in one ledger write, then published at
+	// once; when that publish fails, the task waits in the outbox and the
+	// relays publish it once the broker is back (see reliable.go).
+	// Defaults to false.
+	ReliablePush bool
+	// Relay tunes this Client's outbox relay (EnqueueTx, ReliablePush).
+	// Defaults to nil: RelayConfig's defaults.
+	Relay *RelayConfig
 }
 
 // Client enqueues tasks.
@@ -116,6 +142,8 @@ type Client struct {
 	b             *broker.Broker
 	l             ledger.Ledger
 	beforePublish func(ctx context.Context, m *broker.Message)
+	reliable      bool
+	relay         *relay // nil without an outbox; started by the first outbox write
 }
 
 // NewClient returns a Client publishing through b.
@@ -126,6 +154,16 @@ func NewClient(b *broker.Broker, cfg *ClientConfig) (*Client, error) {
 	c := &Client{b: b}
 	if cfg != nil {
 		c.l, c.beforePublish = ledger.WithCodec(cfg.Ledger, b.Codec()), cfg.BeforePublish
+		if cfg.Ledger != nil {
+			// Ordering keys on a broker without native ordering are
+			// numbered by the ledger's sequencer, shared by every process.
+			b.AdoptSequencer(ledger.SequencerOf(cfg.Ledger))
+		}
+		c.relay = newRelay(b, c.l, cfg.Relay)
+		if cfg.ReliablePush && c.relay == nil {
+			return nil, broker.Invalidf("switchyard: ReliablePush needs a ledger with an outbox (ledger/sqlite or ledger/postgres)")
+		}
+		c.reliable = cfg.ReliablePush
 	}
 	return c, nil
 }
@@ -146,6 +184,21 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		return nil, err
 	}
 	body := m.Body
+	if err := c.checkConcurrency(&o); err != nil {
+		return nil, err
+	}
+	if o.ConcurrencyKey != "" {
+		meta := make(map[string]string, len(o.Metadata)+1)
+		for k, v := range o.Metadata {
+			meta[k] = v
+		}
+		meta[metaConcurrencyKey] = o.ConcurrencyKey
+		o.Metadata = meta
+	}
+	var recorded *ledger.Task
+	if c.reliable {
+		return c.enqueueReliable(ctx, m, o)
+	}
 	if c.l != nil {
 		m.ID = broker.NewID()
 		t, created, err := c.l.Create(ctx, &ledger.Task{ID: m.ID, Tenant: o.Tenant, IdempotencyKey: o.IdempotencyKey, Kind: m.Kind,
@@ -171,6 +224,13 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 			}
 			return &EnqueueResult{ID: t.ID, Duplicate: true}, nil
 		}
+		recorded = t
+		if stop, err := c.concurrencyBeforePublish(ctx, t, &o); err != nil || stop {
+			if err != nil {
+				return nil, err
+			}
+			return &EnqueueResult{ID: t.ID, Cancelled: true}, nil
+		}
 	}
 	if c.beforePublish != nil {
 		c.beforePublish(ctx, m)
@@ -182,6 +242,9 @@ func (c *Client) Enqueue(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 	if c.l != nil {
 		// The ledger created this task: it is new, whatever the broker
 		// says (another process's re-publish of it may have landed first).
+		if err := c.concurrencyAfterPublish(ctx, recorded, &o); err != nil {
+			return &EnqueueResult{ID: m.ID}, fmt.Errorf("switchyard: task %s enqueued, but cancelling the older tasks with its concurrency key failed: %w", m.ID, err)
+		}
 		return &EnqueueResult{ID: m.ID}, nil
 	}
 	return &EnqueueResult{ID: r.ID, Duplicate: r.Duplicate}, nil
@@ -194,9 +257,12 @@ func (c *Client) message(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 	if args == nil {
 		return nil, EnqueueOpts{}, broker.Invalidf("switchyard: nil task args")
 	}
-	o := mergeOpts(args, opts)
+	// Delays count from the broker's clock (broker.Options.Now), which
+	// also decides when they are due.
+	now := c.b.Now()
+	o := mergeOpts(args, opts, now)
 	if o.Delay > 0 {
-		if _, err := broker.After("switchyard: delay", time.Now(), o.Delay); err != nil {
+		if _, err := broker.After("switchyard: delay", now, o.Delay); err != nil {
 			return nil, o, err
 		}
 	}
@@ -207,6 +273,17 @@ func (c *Client) message(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 		if strings.HasPrefix(k, reservedPrefix) {
 			return nil, o, broker.Invalidf("switchyard: metadata key %q: keys starting with %q are reserved", k, reservedPrefix)
 		}
+	}
+	if o.CacheKey != "" {
+		if err := broker.ValidateName("switchyard: cache key", o.CacheKey); err != nil {
+			return nil, o, err
+		}
+		meta := make(map[string]string, len(o.Metadata)+1)
+		for k, v := range o.Metadata {
+			meta[k] = v
+		}
+		meta[scheduler.MetaCacheKey] = o.CacheKey
+		o.Metadata = meta
 	}
 	sandboxOf, inSandbox := scheduler.SandboxTask(ctx)
 	if inSandbox {
@@ -248,7 +325,7 @@ func (c *Client) message(ctx context.Context, args TaskArgs, opts *EnqueueOpts) 
 	return m, o, nil
 }
 
-func mergeOpts(args TaskArgs, opts *EnqueueOpts) EnqueueOpts {
+func mergeOpts(args TaskArgs, opts *EnqueueOpts, now time.Time) EnqueueOpts {
 	var o EnqueueOpts
 	if a, ok := args.(ArgsWithOpts); ok {
 		o = a.EnqueueOpts()
@@ -282,9 +359,18 @@ func mergeOpts(args TaskArgs, opts *EnqueueOpts) EnqueueOpts {
 		if p.Metadata != nil {
 			o.Metadata = p.Metadata
 		}
+		if p.ConcurrencyKey != "" {
+			o.ConcurrencyKey = p.ConcurrencyKey
+		}
+		if p.OnConcurrent != CancelInProgress {
+			o.OnConcurrent = p.OnConcurrent
+		}
+		if p.CacheKey != "" {
+			o.CacheKey = p.CacheKey
+		}
 	}
 	if o.Delay > 0 && o.RunAt.IsZero() {
-		o.RunAt = time.Now().Add(o.Delay)
+		o.RunAt = now.Add(o.Delay)
 	}
 	if o.Lane == "" {
 		o.Lane = lanes.Batch
@@ -376,7 +462,8 @@ type Middleware = scheduler.Middleware
 
 // Server runs handlers.
 type Server struct {
-	s *scheduler.Scheduler
+	s     *scheduler.Scheduler
+	relay *relay // the outbox relay, when the ledger has an outbox
 }
 
 // NewServer returns a Server pulling from b. cfg may be nil. When b has a
@@ -393,7 +480,11 @@ func NewServer(b *broker.Broker, cfg *ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{s: s}, nil
+	srv := &Server{s: s}
+	if cfg != nil {
+		srv.relay = newRelay(b, cfg.Ledger, nil)
+	}
+	return srv, nil
 }
 
 // Register registers h for T's kind. Arguments that do not decode into T
@@ -422,15 +513,36 @@ func Register[T TaskArgs](srv *Server, h Handler[T], opts *HandlerOpts) error {
 	}, opts)
 }
 
-// Start begins running tasks.
-func (s *Server) Start(ctx context.Context) error { return s.s.Start(ctx) }
+// SetRelay configures the Server's outbox relay (RelayConfig; nil means
+// the defaults). Call it before Start; it has no effect after.
+func (s *Server) SetRelay(cfg *RelayConfig) {
+	if s.relay != nil && !s.relay.running() {
+		s.relay = newRelay(s.relay.b, s.relay.l, cfg)
+	}
+}
+
+// Start begins running tasks, and the outbox relay when the ledger has
+// an outbox.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.s.Start(ctx); err != nil {
+		return err
+	}
+	s.relay.start()
+	return nil
+}
 
 // Stop shuts down gracefully; see scheduler.Scheduler.Stop.
-func (s *Server) Stop(ctx context.Context) error { return s.s.Stop(ctx) }
+func (s *Server) Stop(ctx context.Context) error {
+	rerr := s.relay.stop(ctx)
+	return errors.Join(s.s.Stop(ctx), rerr)
+}
 
 // StopAndCancel cancels running tasks and shuts down; see
 // scheduler.Scheduler.StopAndCancel.
-func (s *Server) StopAndCancel(ctx context.Context) error { return s.s.StopAndCancel(ctx) }
+func (s *Server) StopAndCancel(ctx context.Context) error {
+	rerr := s.relay.stop(ctx)
+	return errors.Join(s.s.StopAndCancel(ctx), rerr)
+}
 
 // Stopped is closed once the server has stopped.
 func (s *Server) Stopped() <-chan struct{} { return s.s.Stopped() }

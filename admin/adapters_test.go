@@ -11,7 +11,6 @@ import (
 
 	_ "github.com/switchyard-dev/switchyard/adapters/all"
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/conformance/testenv"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
@@ -24,20 +23,18 @@ func TestMain(m *testing.M) {
 		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	}
 	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // TestOps_DeadLettersEveryAdapter runs the dead-letter operations (list,
 // look up, replay, move, purge) on every real adapter, each in a namespace
 // of its own that the test removes afterwards.
 func TestOps_DeadLettersEveryAdapter(t *testing.T) {
-	for _, kind := range []string{"embedded", "rabbitmq", "nats", "asynq", "sqs"} {
+	for _, kind := range []string{"embedded", "rabbitmq", "nats", "asynq", "redisstreams", "sqs", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			ns := adapterNamespace()
-			e := newEnvURL(t, adapterURL(t, kind, ns), true, []string{"batch"})
+			e := newEnvURL(t, adapterURL(t, kind, ns), true, []string{"batch", "other"})
 			var want []string
 			for i, tenant := range []string{"acme", "acme", "globex", "acme"} {
 				r, err := e.ops.Enqueue(e.ctx, Scope{}, EnqueueRequest{Kind: "pdf.parse", Lane: "batch", Tenant: tenant,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
 // DeadFilter selects dead letters. Empty fields match everything.
@@ -48,7 +49,7 @@ func (f *DeadFilter) validate() error {
 // Reasons lists the dead-letter reasons the framework and drivers use.
 func Reasons() []broker.Reason {
 	return []broker.Reason{broker.ReasonMaxAttempts, broker.ReasonPermanent, broker.ReasonUndecodable, broker.ReasonUnknownKind,
-		broker.ReasonRejected, broker.ReasonBudget, broker.ReasonExpired, broker.ReasonDeliveryLimit}
+		broker.ReasonRejected, broker.ReasonBudget, broker.ReasonExpired, broker.ReasonDeliveryLimit, broker.ReasonBadSequence}
 }
 
 func knownReason(r broker.Reason) bool { return slices.Contains(Reasons(), r) }
@@ -103,14 +104,27 @@ type DeadItem struct {
 	Reason                 broker.Reason
 	Error                  string
 	Attempts               []broker.AttemptRecord
-	DeadAt                 time.Time
-	Payload                []byte // the task's arguments (admin role only over HTTP)
+	// AttemptsMade is how many attempts the task had: the highest attempt
+	// number its history or its broker records. Without a ledger the
+	// history may hold the last attempt only, so count this, not
+	// len(Attempts).
+	AttemptsMade int
+	// SandboxOf is set on the dead letter of a sandbox replay: the ID of
+	// the dead letter it is a copy of (its effects were never performed).
+	SandboxOf string
+	DeadAt    time.Time
+	Payload   []byte // the task's arguments (admin role only over HTTP)
 }
 
 func deadItem(d *broker.Delivery) DeadItem {
 	it := DeadItem{ID: d.ID, Lane: d.Lane, Kind: d.Kind, Tenant: d.Tenant, Payload: d.Body}
 	if dl := d.DeadLetter; dl != nil {
 		it.Reason, it.Error, it.Attempts, it.DeadAt = dl.Reason, dl.Error, dl.Attempts, dl.At
+	}
+	it.SandboxOf = d.Headers[scheduler.HeaderSandbox]
+	it.AttemptsMade = max(d.Attempt, len(it.Attempts))
+	for _, a := range it.Attempts {
+		it.AttemptsMade = max(it.AttemptsMade, a.Attempt)
 	}
 	return it
 }
@@ -308,74 +322,6 @@ func (o *Ops) eachDead(ctx context.Context, f *DeadFilter, each func(l *leased, 
 	return truncated, nil
 }
 
-// DeadLetters lists dead letters without taking them out of their queue,
-// lane by lane, at most f.Limit of them. Out-of-scope dead letters are left
-// out; a filter naming another tenant than the scope's matches nothing. It
-// stops scanning once it has f.Limit matches.
-func (o *Ops) DeadLetters(ctx context.Context, sc Scope, f DeadFilter) ([]DeadItem, error) {
-	if err := f.validate(); err != nil {
-		return nil, err
-	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = 50
-	}
-	limit = min(limit, 1000)
-	out := []DeadItem{}
-	if _, ok := sc.tenant(f.Tenant); !ok {
-		return out, nil
-	}
-	ids := f.idSet()
-	seen := map[string]bool{}
-	_, err := o.eachDead(ctx, &f, func(_ *leased, b []*broker.Delivery) bool {
-		for _, d := range b {
-			if len(out) >= limit {
-				break
-			}
-			if k := d.Lane + "\x00" + d.ID; f.match(sc, ids, d) && !seen[k] {
-				seen[k] = true
-				out = append(out, deadItem(d))
-			}
-		}
-		return len(out) < limit
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// DeadLetter returns one dead letter by task ID; ledger.ErrNotFound when no
-// dead-letter queue in scope holds it. lane "" looks in every lane.
-func (o *Ops) DeadLetter(ctx context.Context, sc Scope, lane, id string) (*DeadItem, error) {
-	if id == "" {
-		return nil, broker.Invalidf("admin: empty task id")
-	}
-	f := DeadFilter{Lane: lane, IDs: []string{id}}
-	if err := f.validate(); err != nil {
-		return nil, err
-	}
-	ids := f.idSet()
-	var found *DeadItem
-	_, err := o.eachDead(ctx, &f, func(_ *leased, b []*broker.Delivery) bool {
-		for _, d := range b {
-			if f.match(sc, ids, d) {
-				it := deadItem(d)
-				found = &it
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil {
-		return nil, err
-	}
-	if found == nil {
-		return nil, fmt.Errorf("dead letter %s: %w", id, ledger.ErrNotFound)
-	}
-	return found, nil
-}
-
 // Progress is called after each item of a bulk operation with how many are
 // done and the total: the number of IDs (capped by Max) for an operation by
 // IDs, -1 (unknown) for one by filter, which acts as it scans.
@@ -419,6 +365,11 @@ const missingRetries = 2
 func (o *Ops) bulk(ctx context.Context, sc Scope, f DeadFilter, p Progress, act func(ctx context.Context, d *broker.Delivery) error) (*Report, error) {
 	if err := f.validate(); err != nil {
 		return nil, err
+	}
+	if f.Lane != "" {
+		if err := o.knownLane(ctx, f.Lane); err != nil {
+			return nil, err
+		}
 	}
 	rep := &Report{Failed: []ItemError{}}
 	if _, ok := sc.tenant(f.Tenant); !ok {
@@ -534,7 +485,7 @@ func (o *Ops) bulk(ctx context.Context, sc Scope, f DeadFilter, p Progress, act 
 // failed, and the dead letter, if still there, can be replayed again.
 func (o *Ops) Replay(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Progress) (*Report, error) {
 	return o.bulk(ctx, sc, f, p, func(ctx context.Context, d *broker.Delivery) error {
-		revert, err := o.requeueTask(ctx, d.ID, "replayed", "", who)
+		revert, err := o.requeueTask(ctx, d.ID, "replayed", "", "", who)
 		if err != nil {
 			return err
 		}
@@ -573,9 +524,10 @@ func (o *Ops) removeDead(ctx context.Context, d *broker.Delivery, verb string) e
 
 // requeueTask moves the ledger's task from dead (or failed) back to queued
 // with an event naming who, as Client.ReplayDead does. A task the ledger
-// does not know (or no ledger) is left alone. revert puts it back to dead if
-// the broker side then fails.
-func (o *Ops) requeueTask(ctx context.Context, id, reason, detail string, who Actor) (revert func(reason string, cause error), err error) {
+// does not know (or no ledger) is left alone. A non-empty lane moves the
+// task to that lane with the transition. revert puts it back to dead (in
+// its old lane) if the broker side then fails.
+func (o *Ops) requeueTask(ctx context.Context, id, reason, detail, lane string, who Actor) (revert func(reason string, cause error), err error) {
 	revert = func(string, error) {}
 	L := o.cfg.Ledger
 	if L == nil {
@@ -593,14 +545,18 @@ func (o *Ops) requeueTask(ctx context.Context, id, reason, detail string, who Ac
 		return revert, L.AppendEvent(ctx, ledger.Event{TaskID: id, At: time.Now(), Reason: reason, Detail: detail, Actor: who.String()})
 	}
 	if _, err := L.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Dead, ledger.Failed},
-		To: ledger.Queued, Reason: reason, Detail: detail, Actor: who.String(), Attempt: t.Attempt + 1}); err != nil && !errors.Is(err, ledger.ErrConflict) {
+		To: ledger.Queued, Reason: reason, Detail: detail, Actor: who.String(), Attempt: t.Attempt + 1, Lane: lane}); err != nil && !errors.Is(err, ledger.ErrConflict) {
 		return revert, err
 	}
 	return func(why string, cause error) {
 		ctx := context.WithoutCancel(ctx)
 		msg := t.LastError
+		back := ""
+		if lane != "" {
+			back = t.Lane // the move did not happen: the task stays in its lane
+		}
 		_, _ = L.Transition(ctx, ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Queued}, To: ledger.Dead,
-			Reason: why, Detail: cause.Error(), Actor: who.String(), LastError: &msg})
+			Reason: why, Detail: cause.Error(), Actor: who.String(), LastError: &msg, Lane: back})
 	}, nil
 }
 
@@ -623,11 +579,11 @@ func (o *Ops) ReplaySandbox(ctx context.Context, sc Scope, lane, id string, who 
 // published there as a fresh message keeping its ID, kind, tenant, keys,
 // arguments and metadata, then removed from its dead-letter queue (only once
 // the publish is confirmed). With a ledger, its task goes from dead to
-// queued with a "moved" event naming who (the ledger keeps the task's
-// original lane).
+// queued in lane toLane with a "moved" event naming who (the event keeps
+// the lane it came from).
 func (o *Ops) Move(ctx context.Context, sc Scope, f DeadFilter, toLane string, who Actor, p Progress) (*Report, error) {
-	if err := broker.ValidateName("target lane", toLane); err != nil {
-		return nil, err
+	if err := o.knownLane(ctx, toLane); err != nil {
+		return nil, fmt.Errorf("target lane: %w", err)
 	}
 	return o.bulk(ctx, sc, f, p, func(ctx context.Context, d *broker.Delivery) error {
 		if d.Lane == toLane {
@@ -635,7 +591,7 @@ func (o *Ops) Move(ctx context.Context, sc Scope, f DeadFilter, toLane string, w
 			// taken for it by some brokers (same ID): that is a replay.
 			return fmt.Errorf("already a dead letter of lane %s: replay it instead", toLane)
 		}
-		revert, err := o.requeueTask(ctx, d.ID, "moved", "from lane "+d.Lane+" to lane "+toLane, who)
+		revert, err := o.requeueTask(ctx, d.ID, "moved", "from lane "+d.Lane+" to lane "+toLane, toLane, who)
 		if err != nil {
 			return err
 		}
@@ -696,38 +652,4 @@ func (o *Ops) Purge(ctx context.Context, sc Scope, f DeadFilter, who Actor, p Pr
 		}
 		return nil
 	})
-}
-
-// Peek returns up to n ready messages of lane (default 10, at most 1000)
-// without taking them or spending an attempt. A scoped caller sees its own
-// tenant's only: Peek leases at most n messages whatever their tenant, so a
-// scoped caller may see fewer than n even when more of its own are ready.
-//
-// Peek leases the messages for a moment and gives them back with
-// broker.Broker.Release: where the driver has no native release, that
-// re-publishes them (same ID, same attempt count), so they move to the back
-// of the lane.
-func (o *Ops) Peek(ctx context.Context, sc Scope, lane string, n int) ([]*broker.Message, error) {
-	if err := broker.ValidateName("lane", lane); err != nil {
-		return nil, err
-	}
-	if n < 0 {
-		return nil, broker.Invalidf("admin: negative count %d", n)
-	}
-	if n == 0 {
-		n = 10
-	}
-	n = min(n, 1000)
-	out := []*broker.Message{}
-	l := o.newLeased()
-	defer l.giveBack(ctx)
-	if _, err := o.scan(ctx, l, lane, false, n, nil); err != nil {
-		return nil, err
-	}
-	for _, d := range l.ds {
-		if sc.allows(d.Tenant) {
-			out = append(out, d.Message.Clone())
-		}
-	}
-	return out, nil
 }

@@ -181,23 +181,18 @@ func TestOps_BulkLooksAgainForHeldIDs(t *testing.T) {
 	}
 }
 
-// A scoped Peek leases at most n messages, whatever their tenant: it does
-// not lease (and, without a native release, re-publish) the whole lane to
-// find n of its own.
-func TestOps_PeekLeasesAtMostN(t *testing.T) {
+// A scoped Peek on a broker that can browse reads past other tenants'
+// messages to find n of its own, and takes nothing.
+func TestOps_PeekScopedBrowses(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
 	for range 3 {
 		e.enqueue("batch", "globex", `{}`)
 	}
 	acme := e.enqueue("batch", "acme", `{}`)
-	ms, err := e.ops.Peek(e.ctx, Scope{Tenant: "acme"}, "batch", 2)
-	if err != nil || len(ms) != 0 {
-		t.Fatalf("scoped peek of 2: %d %v, want none (the first 2 are globex's)", len(ms), err)
-	}
-	ms, err = e.ops.Peek(e.ctx, Scope{Tenant: "acme"}, "batch", 4)
-	if err != nil || len(ms) != 1 || ms[0].ID != acme {
-		t.Fatalf("scoped peek of 4: %d %v", len(ms), err)
+	r, err := e.ops.PeekLane(e.ctx, Scope{Tenant: "acme"}, "batch", 2)
+	if err != nil || len(r.Messages) != 1 || r.Messages[0].ID != acme || r.Mode != ReadBrowse {
+		t.Fatalf("scoped peek of 2: %+v %v, want acme's one message, browsed", r, err)
 	}
 	if s := e.stats("batch"); s.Ready != 4 || s.InFlight != 0 {
 		t.Errorf("after peeking: %+v", s)

@@ -60,7 +60,8 @@ func (a rawArgs) MarshalJSON() ([]byte, error) { return a.args, nil }
 // KindSpec.Lane, then to the Client's default; a request may name another
 // lane only if the kind's KindSpec.Lanes allows it (when set), and never a
 // fair lane's shard ("batch:fair-3", which would bypass the tenant
-// hashing). A scoped caller's tasks belong to its tenant; a request naming
+// hashing), nor a lane that is not known (KnownLanes: ErrUnknownLane). A
+// scoped caller's tasks belong to its tenant; a request naming
 // another tenant is invalid.
 //
 // When the task was enqueued but its "submitted" event (r.Actor) could
@@ -69,6 +70,12 @@ func (o *Ops) Enqueue(ctx context.Context, sc Scope, r EnqueueRequest) (*switchy
 	args, opts, err := o.enqueueArgs(sc, r)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Lane != "" {
+		// Only lanes someone serves: a request must not create queues.
+		if err := o.knownLane(ctx, opts.Lane); err != nil {
+			return nil, err
+		}
 	}
 	q := requestOf(r, args.args, opts.Lane)
 	key := opts.IdempotencyKey

@@ -24,6 +24,9 @@ type laneJSON struct {
 	Late          bool    `json:"late"`
 	Paused        bool    `json:"paused"`
 	PausedBy      string  `json:"paused_by,omitempty"`
+	// PauseKnown is false when the admin API has no ledger: paused is then
+	// unknown, not false.
+	PauseKnown bool `json:"pause_known"`
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -40,6 +43,7 @@ func laneOut(l LaneInfo) laneJSON {
 	return laneJSON{
 		Lane: l.Lane, Ready: l.Ready, InFlight: l.InFlight, Delayed: l.Delayed, DeadLettered: l.DeadLettered,
 		OldestReadyMS: ms(l.OldestReady), ObjectiveMS: ms(l.Objective), Late: l.Late, Paused: l.Paused, PausedBy: l.PausedBy,
+		PauseKnown: l.PauseKnown,
 	}
 }
 
@@ -81,6 +85,7 @@ type taskJSON struct {
 	Tenant         string            `json:"tenant"`
 	State          ledger.State      `json:"state"`
 	Attempt        int               `json:"attempt"`
+	NextAttempt    int               `json:"next_attempt,omitempty"` // queued or waiting to retry: the number the next attempt takes
 	MaxAttempts    int               `json:"max_attempts"`
 	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	OrderingKey    string            `json:"ordering_key,omitempty"`
@@ -96,7 +101,7 @@ type taskJSON struct {
 
 func taskOut(t *ledger.Task, withArgs bool) taskJSON {
 	out := taskJSON{
-		ID: t.ID, Kind: t.Kind, Lane: t.Lane, Tenant: t.Tenant, State: t.State, Attempt: t.Attempt,
+		ID: t.ID, Kind: t.Kind, Lane: t.Lane, Tenant: t.Tenant, State: t.State, Attempt: t.Attempt, NextAttempt: t.NextAttempt(),
 		MaxAttempts: t.MaxAttempts, IdempotencyKey: t.IdempotencyKey, OrderingKey: t.OrderingKey,
 		RunAt: tp(t.RunAt), Deadline: tp(t.Deadline), Metadata: t.Metadata, LastError: t.LastError,
 		Result: payload(t.Result), CreatedAt: tp(t.CreatedAt), UpdatedAt: tp(t.UpdatedAt),
@@ -213,13 +218,17 @@ type deadJSON struct {
 	Reason   broker.Reason     `json:"reason"`
 	Error    string            `json:"error"`
 	Attempts []deadAttemptJSON `json:"attempts"`
-	DeadAt   *time.Time        `json:"dead_at,omitempty"`
-	Args     json.RawMessage   `json:"args,omitempty"`
+	// AttemptsMade counts the attempts (attempts may hold the last only).
+	AttemptsMade int `json:"attempts_made"`
+	// SandboxOf marks a sandbox replay's dead letter: the original's ID.
+	SandboxOf string          `json:"sandbox_of,omitempty"`
+	DeadAt    *time.Time      `json:"dead_at,omitempty"`
+	Args      json.RawMessage `json:"args,omitempty"`
 }
 
 func deadOut(d DeadItem, withArgs bool) deadJSON {
 	out := deadJSON{ID: d.ID, Lane: d.Lane, Kind: d.Kind, Tenant: d.Tenant, Reason: d.Reason, Error: d.Error,
-		Attempts: make([]deadAttemptJSON, 0, len(d.Attempts)), DeadAt: tp(d.DeadAt)}
+		Attempts: make([]deadAttemptJSON, 0, len(d.Attempts)), AttemptsMade: d.AttemptsMade, SandboxOf: d.SandboxOf, DeadAt: tp(d.DeadAt)}
 	for _, a := range d.Attempts {
 		out.Attempts = append(out.Attempts, deadAttemptJSON{Attempt: a.Attempt, Start: tp(a.Start), DurationMS: ms(a.Duration),
 			Class: a.Class, Error: a.Error, Worker: a.Worker})

@@ -92,3 +92,25 @@ func TestHandler_LaneEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTP_UnknownLanes (issue 20, item 3): the ingestion endpoint refuses
+// a lane nobody serves, for a tenant's token too, and creates no queue; so
+// do the dead-letter listing and pause.
+func TestHTTP_UnknownLanes(t *testing.T) {
+	e := newTestEnv(t, "")
+	for _, tok := range []string{enqueueSecret, acmeSecret} {
+		r := e.ingest(tok, "k-"+tok[:4], map[string]any{"kind": "test.greet", "lane": "nosuch", "args": map[string]string{"name": "x"}})
+		if r.status != 400 || !strings.Contains(string(r.body), `unknown lane \"nosuch\"`) {
+			t.Errorf("ingest to an unknown lane: %d %s", r.status, r.body)
+		}
+	}
+	if r := e.call("GET", "dead?lane=nosuch", adminSecret, nil, nil); r.status != 400 || !strings.Contains(string(r.body), "known lanes: batch") {
+		t.Errorf("GET dead?lane=nosuch: %d %s", r.status, r.body)
+	}
+	if r := e.call("POST", "lanes/nosuch/pause", adminSecret, nil, nil); r.status != 400 {
+		t.Errorf("pause an unknown lane: %d %s", r.status, r.body)
+	}
+	if s, err := e.b.Stats(e.ctx, "nosuch"); err != nil || s.Ready+s.DeadLettered != 0 {
+		t.Errorf("the unknown lane: %+v %v", s, err)
+	}
+}

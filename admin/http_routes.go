@@ -45,14 +45,22 @@ func (h *handler) routes(metrics http.Handler) error {
 	const v1 = "/api/v1/"
 	h.handle("GET "+v1+"whoami", accessAny, h.whoami)
 	h.handle("GET "+v1+"lanes", accessRead, h.lanes)
+	h.handle("GET "+v1+"servers", accessRead, h.servers)       // http_servers.go
+	h.handle("GET "+v1+"scaling", accessRead, h.scalingSignal) // scaling.go
+	h.handle("GET "+v1+"history", accessRead, h.history)       // http_history.go
 	h.handle("POST "+v1+"lanes/{lane}/pause", accessAdmin, h.pauseResume(true))
 	h.handle("POST "+v1+"lanes/{lane}/resume", accessAdmin, h.pauseResume(false))
 	h.handle("GET "+v1+"lanes/{lane}/events", accessRead, h.laneEvents)
 	h.handle("GET "+v1+"lane-events", accessRead, h.laneEvents)
 	h.handle("GET "+v1+"tasks", accessRead, h.tasks)
 	h.handle("POST "+v1+"tasks", accessEnqueue, h.enqueue)
+	h.handle("POST "+v1+"tasks:batch", accessEnqueue, h.enqueueBatch)
 	h.handle("GET "+v1+"tasks/{id}", accessRead, h.task)
 	h.handle("GET "+v1+"tasks/{id}/status", accessStatus, h.status)
+	h.mux.HandleFunc("GET "+v1+"tasks/{id}/events", h.events) // Server-Sent Events (events.go)
+	h.handle("POST "+v1+"tasks/{id}/signals/{name}", accessAdmin, h.signalTask)
+	h.mux.HandleFunc("POST "+v1+"signals/{token}", h.signalCallback) // the one-time token is the credential (signal.go)
+	h.cancelRoutes(v1)                                               // http_cancel.go
 	h.handle("GET "+v1+"dead", accessRead, h.deadList)
 	h.handle("GET "+v1+"dead/{lane}/{id}", accessRead, h.deadOne)
 	h.handle("POST "+v1+"dead/replay", accessAdmin, h.bulk("replay"))
@@ -180,7 +188,7 @@ func (h *handler) tasks(r *http.Request, c *call) (int, any, error) {
 			}
 			st := ledger.State(s)
 			if !st.Valid() {
-				return 0, nil, badRequest("unknown state %q (queued, running, retry_wait, completed, failed, dead, awaiting_review, rejected, cancelled)", s)
+				return 0, nil, badRequest("unknown state %q (queued, running, retry_wait, completed, failed, dead, awaiting_review, awaiting_event, rejected, cancelled)", s)
 			}
 			f.States = append(f.States, st)
 		}
@@ -193,7 +201,7 @@ func (h *handler) tasks(r *http.Request, c *call) (int, any, error) {
 	for _, t := range page.Tasks {
 		out = append(out, taskOut(t, c.admin()))
 	}
-	return http.StatusOK, map[string]any{"tasks": out, "next": page.Next}, nil
+	return http.StatusOK, map[string]any{"tasks": h.withProgress(r.Context(), c.scope, out), "next": page.Next}, nil
 }
 
 func (h *handler) task(r *http.Request, c *call) (int, any, error) {
@@ -277,17 +285,17 @@ func (h *handler) deadList(r *http.Request, c *call) (int, any, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	items, err := h.ops.DeadLetters(r.Context(), c.scope, DeadFilter{
+	l, err := h.ops.DeadList(r.Context(), c.scope, DeadFilter{
 		Lane: q.Get("lane"), Kind: q.Get("kind"), Tenant: q.Get("tenant"), Reason: broker.Reason(q.Get("reason")), Limit: limit,
 	})
 	if err != nil {
 		return 0, nil, err
 	}
-	out := make([]deadJSON, 0, len(items))
-	for _, d := range items {
+	out := make([]deadJSON, 0, len(l.Items))
+	for _, d := range l.Items {
 		out = append(out, deadOut(d, c.admin()))
 	}
-	return http.StatusOK, map[string]any{"dead_letters": out}, nil
+	return http.StatusOK, map[string]any{"dead_letters": out, "read": l.Mode, "more": l.More, "truncated": l.Truncated}, nil
 }
 
 func (h *handler) deadOne(r *http.Request, c *call) (int, any, error) {

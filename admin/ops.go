@@ -11,10 +11,19 @@
 // # Dead letters
 //
 // The broker's dead-letter queue is the source of truth for dead letters.
-// Listing them (DeadLetters, DeadLetter) and peeking at a live lane (Peek)
-// take nothing and spend no attempt: Ops leases the messages of a queue in
-// batches, keeps them leased until it has what it needs (so each is seen
-// once), then gives them back; a listing stops as soon as it has its limit.
+// Listing them (DeadLetters, DeadList, DeadLetter) and peeking at a live
+// lane (Peek, PeekLane) take nothing and spend no attempt. Where the broker
+// has a non-destructive read (broker.Browser: embedded, asynq, NATS) they
+// use it, and nothing in the queue changes. Elsewhere (RabbitMQ, SQS) Ops
+// leases the messages of a queue in batches, keeps them leased until it
+// has what it needs (so each is seen once), then gives them back, and says
+// so (ReadLease); a listing stops as soon as it has its limit (More).
+//
+// # Known lanes
+//
+// An operation naming a lane accepts only a known one (KnownLanes): an
+// unknown lane is ErrUnknownLane, naming the known ones, so a typo or an
+// ingestion token cannot create queues no server serves.
 // Bulk operations (Replay, Move, Purge) go lane by lane and batch by batch:
 // each matching dead letter is acted on as soon as it is leased, the rest
 // of the lane is held (its leases renewed with broker.Broker.Extend as the
@@ -51,6 +60,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/scaling"
 )
 
 // Config configures Ops.
@@ -62,8 +72,9 @@ type Config struct {
 	// are unavailable (ErrNoLedger) and dead letters come from the broker
 	// alone.
 	Ledger ledger.Ledger
-	// Lanes are the lanes to show when the broker cannot list its own
-	// (broker.LaneLister); defaults to the four default lanes.
+	// Lanes are the lanes the servers serve: shown when the broker cannot
+	// list its own (broker.LaneLister), and known to every operation that
+	// names a lane (KnownLanes). Defaults to the four default lanes.
 	Lanes []string
 	// Kinds are the task kinds ingestion accepts, each with an optional
 	// validator for its JSON arguments. Enqueue refuses other kinds. Nil
@@ -74,9 +85,18 @@ type Config struct {
 	Objectives map[string]time.Duration
 	// MaxScan is the most dead letters one operation holds leased per lane
 	// at a time (those it looked at and did not remove). A listing or lookup
-	// that reaches it stops there; a bulk operation stops for that lane and
-	// sets Report.Truncated. Defaults to 10000.
+	// by leasing that reaches it stops there and says so
+	// (DeadListing.Truncated); a bulk operation stops for that lane and
+	// sets Report.Truncated. Listings that browse (broker.Browser) hold
+	// nothing and read to the end; a scoped peek that browses looks at most
+	// MaxScan messages. Defaults to 10000.
 	MaxScan int
+	// Scaler computes the lanes' scaling signal (Ops.Scaling, GET
+	// /api/v1/scaling). Its Broker and Ledger default to Config's, its
+	// Lanes to Config.Lanes with the default lanes' definitions and
+	// Objectives. Keep one per process: it measures arrival rates between
+	// calls. Defaults to such a Scaler with a default Policy.
+	Scaler *scaling.Scaler
 	// ScanLease is the lease a scan takes on the messages it holds; the
 	// leases are renewed while an operation runs, and an item whose lease
 	// has run out is not acted on. Defaults to 5 minutes (capped by the
@@ -167,6 +187,7 @@ func New(cfg Config) (*Ops, error) {
 	if cfg.ScanLease <= 0 {
 		cfg.ScanLease = 5 * time.Minute
 	}
+	cfg.Scaler = scalerFor(cfg)
 	// The broker's codec seals the ledger's payloads too.
 	cfg.Ledger = ledger.WithCodec(cfg.Ledger, cfg.Broker.Codec())
 	c, err := switchyard.NewClient(cfg.Broker, &switchyard.ClientConfig{Ledger: cfg.Ledger})
@@ -216,9 +237,13 @@ func (a Actor) String() string {
 // LaneInfo is a lane at a glance.
 type LaneInfo struct {
 	broker.Stats
-	Paused    bool
-	PausedBy  string
-	Objective time.Duration
+	Paused   bool
+	PausedBy string
+	// PauseKnown: Paused is read from a ledger that keeps lane pauses.
+	// Without one (no Config.Ledger) a lane paused by servers sharing a
+	// ledger looks running here: its pause state is unknown.
+	PauseKnown bool
+	Objective  time.Duration
 	// Late: the oldest ready task is older than the lane's objective.
 	Late bool
 }
@@ -241,7 +266,7 @@ func (o *Ops) Lanes(ctx context.Context) ([]LaneInfo, error) {
 			}
 		}
 	}
-	paused, err := o.pausedLanes(ctx)
+	paused, known, err := o.pausedLanes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +281,7 @@ func (o *Ops) Lanes(ctx context.Context) ([]LaneInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		li := LaneInfo{Stats: s, Objective: o.cfg.Objectives[l]}
+		li := LaneInfo{Stats: s, Objective: o.cfg.Objectives[l], PauseKnown: known}
 		if p, ok := paused[l]; ok {
 			li.Paused, li.PausedBy = true, p
 		}
@@ -378,7 +403,7 @@ func cursorNotFound(after string) error {
 
 // States lists the task states in their usual order.
 func States() []ledger.State {
-	return []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait, ledger.AwaitingReview, ledger.Completed,
+	return []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait, ledger.AwaitingReview, ledger.AwaitingEvent, ledger.Completed,
 		ledger.Failed, ledger.Dead, ledger.Rejected, ledger.Cancelled}
 }
 

@@ -184,8 +184,16 @@ func TestOps_Lanes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, true)
 	e.enqueue("batch", "", `{}`)
-	e.enqueue("custom-lane", "", `{}`)
-	e.enqueue("custom-lane", "", `{}`)
+	// A program's own lane: published by its client, not through Ops
+	// (which refuses lanes it does not know).
+	if _, err := e.ops.Enqueue(e.ctx, Scope{}, EnqueueRequest{Kind: "pdf.parse", Lane: "custom-lane", Args: json.RawMessage(`{}`)}); !errors.Is(err, ErrUnknownLane) {
+		t.Fatalf("enqueue to a lane nobody knows: %v, want ErrUnknownLane", err)
+	}
+	for range 2 {
+		if _, err := e.b.PublishOne(e.ctx, &broker.Message{Lane: "custom-lane", Kind: "pdf.parse", Body: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := e.ops.PauseLane(e.ctx, "batch", "operator:alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -504,12 +512,21 @@ func TestOps_MoveAndPurge(t *testing.T) {
 	if _, err := e.ops.Move(e.ctx, Scope{}, DeadFilter{IDs: []string{moved}}, "bad lane", "x", nil); !errors.Is(err, broker.ErrInvalid) {
 		t.Errorf("move to a bad lane: %v", err)
 	}
+	if _, err := e.ops.Move(e.ctx, Scope{}, DeadFilter{IDs: []string{moved}}, "reprocess", "x", nil); !errors.Is(err, ErrUnknownLane) ||
+		!strings.Contains(err.Error(), "known lanes: batch, human-review, interactive, scheduled") {
+		t.Fatalf("move to a lane nobody serves: %v, want ErrUnknownLane naming the known lanes", err)
+	}
+	e.ops.cfg.Lanes = append(e.ops.cfg.Lanes, "reprocess") // configured: now known
 	rep, err := e.ops.Move(e.ctx, Scope{Tenant: "acme"}, DeadFilter{IDs: []string{moved}}, "reprocess", "operator:bob", nil)
 	if err != nil || rep.Done != 1 || len(rep.Failed) != 0 {
 		t.Fatalf("move: %+v %v", rep, err)
 	}
 	if ev := e.lastEvent(moved); e.state(moved) != ledger.Queued || ev.Reason != "moved" || ev.Actor != "operator:bob" || !strings.Contains(ev.Detail, "reprocess") {
 		t.Errorf("moved task: %s %+v", e.state(moved), ev)
+	}
+	// Issue 20, item 8: the ledger says where the task now is.
+	if tk, err := e.L.Get(e.ctx, moved); err != nil || tk.Lane != "reprocess" {
+		t.Errorf("moved task's lane in the ledger: %+v %v, want reprocess", tk, err)
 	}
 	ds, err := e.b.Receive(e.ctx, broker.ReceiveRequest{Lane: "reprocess", Max: 10, Lease: time.Minute})
 	if err != nil || len(ds) != 1 {

@@ -16,14 +16,21 @@ var ErrTenantScoped = errors.New("admin: not for a tenant-scoped caller")
 
 // PauseLane stops every server on this ledger from starting tasks of lane
 // (within about a second); running tasks finish. ResumeLane undoes it.
+// A lane that is not known (KnownLanes) is refused with ErrUnknownLane.
 // Both need a ledger that keeps lane controls (ErrNoLedger without a
 // ledger) and record who did it with the pause.
 func (o *Ops) PauseLane(ctx context.Context, lane string, who Actor) error {
+	if err := o.knownLane(ctx, lane); err != nil {
+		return err
+	}
 	return o.client.PauseLane(ctx, lane, who.String())
 }
 
 // ResumeLane lets servers start tasks of lane again.
 func (o *Ops) ResumeLane(ctx context.Context, lane string, who Actor) error {
+	if err := o.knownLane(ctx, lane); err != nil {
+		return err
+	}
 	return o.client.ResumeLane(ctx, lane, who.String())
 }
 
@@ -40,24 +47,25 @@ func (o *Ops) LaneEvents(ctx context.Context, sc Scope, lane string, limit int) 
 	return o.client.LaneEvents(ctx, lane, limit)
 }
 
-// pausedLanes maps each paused lane to who paused it; empty without a
-// ledger or when the ledger keeps no lane controls.
-func (o *Ops) pausedLanes(ctx context.Context) (map[string]string, error) {
+// pausedLanes maps each paused lane to who paused it; known is false (and
+// the map empty) without a ledger or when the ledger keeps no lane
+// controls: pauses may exist that this process cannot see.
+func (o *Ops) pausedLanes(ctx context.Context) (paused map[string]string, known bool, err error) {
 	out := map[string]string{}
 	if o.cfg.Ledger == nil {
-		return out, nil
+		return out, false, nil
 	}
 	ps, err := o.client.PausedLanes(ctx)
 	if err != nil {
 		if isUnsupported(err) {
-			return out, nil
+			return out, false, nil
 		}
-		return nil, err
+		return nil, false, err
 	}
 	for _, p := range ps {
 		out[p.Lane] = p.Actor
 	}
-	return out, nil
+	return out, true, nil
 }
 
 func (o *Ops) replaySandbox(ctx context.Context, lane, id string, who Actor) (string, error) {

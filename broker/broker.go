@@ -49,12 +49,23 @@ type Options struct {
 	// covers every process.
 	Dedup DedupStore
 	// Sequencer serialises ordering keys for drivers without native
-	// ordering. Defaults to an in-process sequencer, which covers the
-	// consumers of one process; use the ledger's to cover many.
+	// ordering (RabbitMQ, NATS JetStream, SQS standard queues, routers and
+	// migrations). Every publisher and consumer of a keyed lane must share
+	// one. When nil, Broker takes the first of: Dedup's Sequencer when
+	// Dedup is a SequencerSource (the ledger stores are), the driver's own
+	// (a driver that is a SequencerSource), and a ledger handed over later
+	// by AdoptSequencer (switchyard.NewClient and NewServer do it with
+	// their ledger). Without any, a keyed publish fails with
+	// ErrNoSequencer and a keyed delivery is given back unstarted (with a
+	// warning in Logger) rather than run out of order.
+	// NewMemorySequencer() is correct only when one process both
+	// publishes and consumes the lane; set it explicitly for that case.
 	Sequencer Sequencer
 	// OrderingRetry is how long a message waits before it is offered again
 	// when an earlier message of its ordering key is still running (drivers
-	// without native ordering only). Defaults to 200ms.
+	// without native ordering only): the next in line waits this long, one
+	// further behind a multiple of it (see SequencerPosition). Defaults to
+	// 100ms.
 	OrderingRetry time.Duration
 	// MaxDelay caps native delays below the driver's own maximum; longer
 	// delays are held by Broker. Zero uses the driver's maximum. Tests use
@@ -102,11 +113,8 @@ func (o *Options) WithDefaults() *Options {
 	if c.Dedup == nil {
 		c.Dedup = NewMemoryDedup(24 * time.Hour)
 	}
-	if c.Sequencer == nil {
-		c.Sequencer = NewMemorySequencer()
-	}
 	if c.OrderingRetry <= 0 {
-		c.OrderingRetry = 200 * time.Millisecond
+		c.OrderingRetry = 100 * time.Millisecond
 	}
 	if c.FairPoll <= 0 {
 		c.FairPoll = 100 * time.Millisecond
@@ -134,6 +142,10 @@ type Broker struct {
 
 	orderMu sync.Mutex
 	orders  map[*Delivery]orderRef
+	park    parkLot // keyed messages next in line (park.go)
+	// seq is the Sequencer in use (nil: none yet; see Options.Sequencer).
+	seq     atomic.Pointer[seqBox]
+	seqWarn sync.Map // lane → struct{}: "no sequencer" already logged
 
 	fair map[string]*fairLane // nil: no fair lanes
 
@@ -159,6 +171,9 @@ func New(d Driver, opts *Options) (*Broker, error) {
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
 	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch, inFlight: publishInFlight(d)}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
+	if s := resolveSequencer(o, d); s != nil {
+		b.seq.Store(&seqBox{s})
+	}
 	b.maxDel = b.caps.MaxDelay
 	if o.MaxDelay > 0 && (b.maxDel == 0 || o.MaxDelay < b.maxDel) {
 		b.maxDel = o.MaxDelay
@@ -177,6 +192,9 @@ func (b *Broker) Codec() Codec { return b.opts.Codec }
 
 // Capabilities returns the driver's capabilities.
 func (b *Broker) Capabilities() Capabilities { return b.caps }
+
+// Now reads the broker's clock (Options.Now): the time delays count from.
+func (b *Broker) Now() time.Time { return b.opts.Now() }
 
 // NewID returns a new time-ordered unique message ID (UUIDv7).
 func NewID() string {
@@ -308,7 +326,13 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 		p.claimed = !dup
 	}
 	if m.OrderingKey != "" && !b.caps.Ordering {
-		seq, err := b.opts.Sequencer.Assign(ctx, m.Lane, m.OrderingKey)
+		sq := b.sequencer()
+		if sq == nil {
+			r.Err = b.noSequencer("publish", m.Lane)
+			b.unwind(ctx, m, p, Permanent)
+			return p, r, false
+		}
+		seq, err := sq.Assign(ctx, m.Lane, m.OrderingKey)
 		if err != nil {
 			r.Err = Wrap("publish: sequence", Transient, err)
 			b.unwind(ctx, m, p, Permanent)
@@ -338,7 +362,9 @@ func (b *Broker) prepare(ctx context.Context, i int, m *Message, now time.Time) 
 func (b *Broker) unwind(ctx context.Context, m *Message, p pending, c Class) {
 	ctx = context.WithoutCancel(ctx)
 	if p.seq > 0 {
-		_ = b.opts.Sequencer.Release(ctx, p.lane, m.OrderingKey, p.seq, true)
+		if sq := b.sequencer(); sq != nil {
+			b.releaseSeq(ctx, sq, orderRef{lane: p.lane, key: m.OrderingKey, seq: p.seq}, true)
+		}
 	}
 	if p.claimed && c != UnknownOutcome {
 		// Best effort: a failed release leaves the key claimed until its
@@ -412,10 +438,19 @@ func (b *Broker) Receive(ctx context.Context, req ReceiveRequest) ([]*Delivery, 
 	if b.caps.MaxLease > 0 && req.Lease > b.caps.MaxLease {
 		req.Lease = b.caps.MaxLease
 	}
+	var ds []*Delivery
+	var err error
 	if fl := b.fair[req.Lane]; fl != nil {
-		return b.receiveFair(ctx, fl, req)
+		ds, err = b.receiveFair(ctx, fl, req)
+	} else {
+		ds, err = b.receiveOne(ctx, req)
 	}
-	return b.receiveOne(ctx, req)
+	if b.fair != nil {
+		for _, d := range ds {
+			b.logical(d)
+		}
+	}
+	return ds, err
 }
 
 // receiveOne receives from one physical lane, applying the receive-side
@@ -423,11 +458,30 @@ func (b *Broker) Receive(ctx context.Context, req ReceiveRequest) ([]*Delivery, 
 func (b *Broker) receiveOne(ctx context.Context, req ReceiveRequest) ([]*Delivery, error) {
 	deadline := time.Now().Add(req.Wait)
 	for {
-		ds, err := b.d.Receive(ctx, req)
+		parked := !req.DeadLetters && !b.caps.Ordering && b.park.has(req.Lane)
+		if parked {
+			got, err := b.unpark(ctx, req.Lane, req.Max)
+			if len(got) > 0 {
+				return got, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		r := req
+		if parked && r.Wait > parkPoll {
+			// Come back for the parked messages soon.
+			r.Wait = parkPoll
+		}
+		ds, err := b.d.Receive(ctx, r)
 		if err != nil {
 			return nil, Wrap("receive", Transient, err)
 		}
 		if len(ds) == 0 {
+			if parked && req.Wait > 0 && time.Now().Before(deadline) {
+				req.Wait = time.Until(deadline)
+				continue
+			}
 			return ds, nil
 		}
 		if req.DeadLetters {
@@ -511,26 +565,73 @@ func (b *Broker) filter(ctx context.Context, d *Delivery) (bool, error) {
 				return false, Wrap("receive: dead-letter", Transient, err)
 			}
 			if seq, ok := orderSeq(d); ok && !b.caps.Ordering {
-				_ = b.opts.Sequencer.Release(context.WithoutCancel(ctx), d.Lane, d.OrderingKey, seq, true)
+				if sq := b.sequencer(); sq != nil {
+					b.releaseSeq(context.WithoutCancel(ctx), sq, orderRef{lane: d.Lane, key: d.OrderingKey, seq: seq}, true)
+				}
 			}
 			return false, nil
 		}
 	}
-	if seq, ok := orderSeq(d); ok && !b.caps.Ordering {
-		g, err := b.opts.Sequencer.Acquire(ctx, d.Lane, d.OrderingKey, seq, d.LeaseDeadline)
-		if err != nil {
-			// Cannot tell whether it may run: give it back unspent.
-			return false, b.requeue(ctx, d, b.opts.OrderingRetry)
-		}
-		switch g {
-		case GrantRun:
-			b.trackOrder(d, orderRef{lane: d.Lane, key: d.OrderingKey, seq: seq})
-		case GrantWait:
-			return false, b.requeue(ctx, d, b.opts.OrderingRetry)
-		case GrantLate:
-		}
-		delete(d.Headers, HeaderOrderSeq)
+	if d.OrderingKey != "" && !b.caps.Ordering {
+		return b.filterOrder(ctx, d)
 	}
+	return true, nil
+}
+
+// filterOrder decides whether d, a keyed delivery on a broker without
+// native ordering, may start now: its key's Sequencer must grant its
+// sequence number. A delivery whose number is missing, malformed or never
+// assigned is dead-lettered (ReasonBadSequence); one whose turn has not
+// come is given back unspent, as is every keyed delivery while the Broker
+// has no Sequencer.
+func (b *Broker) filterOrder(ctx context.Context, d *Delivery) (bool, error) {
+	seq, err := parseOrderSeq(d)
+	if err != nil {
+		dl := &DeadLetter{Reason: ReasonBadSequence, Error: err.Error(), At: b.opts.Now()}
+		if err := b.d.DeadLetter(ctx, d, dl); err != nil && ClassOf(err) != Permanent {
+			return false, Wrap("receive: dead-letter", Transient, err)
+		}
+		return false, nil
+	}
+	sq := b.sequencer()
+	if sq == nil {
+		if _, seen := b.seqWarn.LoadOrStore(d.Lane, struct{}{}); !seen {
+			// Once per lane: every keyed delivery of it meets the same gap.
+			b.opts.Logger.Warn("switchyard: keyed messages are given back unstarted: "+b.noSequencer("receive", d.Lane).Error(), "lane", d.Lane)
+		}
+		return false, b.requeue(ctx, d, max(b.opts.OrderingRetry, time.Second))
+	}
+	g, ahead, err := acquirePosition(ctx, sq, d.Lane, d, seq)
+	if err != nil {
+		// Cannot tell whether it may run: give it back unspent.
+		return false, b.requeue(ctx, d, b.opts.OrderingRetry)
+	}
+	if g == GrantWait && ahead <= 1 && b.parkAdd(d, seq, time.Now()) {
+		return false, nil // next in line: parked here (see park.go)
+	}
+	return b.admit(ctx, d, seq, g, ahead)
+}
+
+// admit acts on the sequencer's grant for d: run it (tracked, so that its
+// finish releases the key), give it back to wait its turn, or dead-letter
+// a number that was never assigned.
+func (b *Broker) admit(ctx context.Context, d *Delivery, seq int64, g Grant, ahead int64) (bool, error) {
+	switch g {
+	case GrantRun, GrantLate:
+		// A late one is tracked too, so that a nack that re-publishes it
+		// keeps its number (its release changes nothing).
+		b.trackOrder(d, orderRef{lane: d.Lane, key: d.OrderingKey, seq: seq})
+	case GrantWait:
+		return false, b.requeue(ctx, d, b.opts.OrderingRetry*time.Duration(min(max(ahead, 1), maxOrderingBackoff)))
+	default:
+		dl := &DeadLetter{Reason: ReasonBadSequence, At: b.opts.Now(),
+			Error: fmt.Sprintf("ordering sequence %d was never assigned for key %q on lane %q", seq, d.OrderingKey, d.Lane)}
+		if err := b.d.DeadLetter(ctx, d, dl); err != nil && ClassOf(err) != Permanent {
+			return false, Wrap("receive: dead-letter", Transient, err)
+		}
+		return false, nil
+	}
+	delete(d.Headers, HeaderOrderSeq)
 	return true, nil
 }
 
@@ -599,17 +700,97 @@ func (b *Broker) openLive(ctx context.Context, d *Delivery) (keep bool, err erro
 }
 
 // Wire returns d as the driver delivered it: d itself, or, when Broker
-// opened its body with Options.Codec, a copy carrying the sealed body. Code
+// opened its body with Options.Codec or received it from a shard of a fair
+// lane, a copy carrying the sealed body and the shard's physical lane. Code
 // that hands a delivery from Broker.Receive to the Driver directly passes
 // Wire(d), so that a driver which re-publishes the message (on nack,
-// release, dead-letter or replay) never writes the plaintext.
+// release, dead-letter or replay) never writes the plaintext, and every
+// call reaches the shard the message sits in.
+//
+// The copy does not carry LeaseDeadline: a heartbeat may be moving it while
+// the delivery is settled, and drivers settle by Handle.
 func Wire(d *Delivery) *Delivery {
-	if d.sealed == nil {
+	if d.sealed == nil && d.shard == "" {
 		return d
 	}
-	c := *d
-	c.Body, c.sealed = d.sealed, nil
-	return &c
+	c := wireCopy(d, false)
+	if d.sealed != nil {
+		c.Body = d.sealed
+	}
+	return c
+}
+
+// wireCopy is d for its driver: its physical lane (the shard, when d came
+// from one) and no Broker-private state. It copies field by field, never
+// the whole struct, so that reading d here does not race with a heartbeat
+// writing d.LeaseDeadline (Extend) while d is acked or nacked: only an
+// extension, which runs on the heartbeat's goroutine, asks for the lease
+// (lease=true). A field added to Delivery must be added here.
+func wireCopy(d *Delivery, lease bool) *Delivery {
+	c := &Delivery{Message: d.Message, Attempt: d.Attempt, DeadLetter: d.DeadLetter, Handle: d.Handle}
+	if lease {
+		c.LeaseDeadline = d.LeaseDeadline
+	}
+	if d.shard != "" {
+		c.Lane = d.shard
+	}
+	return c
+}
+
+// WireLane is Wire(d).Lane without the copy: the physical lane the driver
+// delivered d from (a fair lane's shard, or d.Lane itself). Tools that
+// show deliveries in the broker's own terms (asynq's worker records) use
+// it; everything else uses d.Lane.
+func WireLane(d *Delivery) string {
+	if d.shard != "" {
+		return d.shard
+	}
+	return d.Lane
+}
+
+// onShard returns d for a driver call that does not re-publish the
+// message (ack, extend): d itself, or a copy carrying the shard's physical
+// lane when d came from a shard of a fair lane.
+func onShard(d *Delivery) *Delivery {
+	if d.shard == "" {
+		return d
+	}
+	return wireCopy(d, false)
+}
+
+// onShards is onShard of each of ds (with their leases when lease is set:
+// an extension); it returns ds itself when none came from a shard.
+func onShards(ds []*Delivery, lease bool) []*Delivery {
+	var out []*Delivery
+	for i, d := range ds {
+		if d.shard == "" && out == nil {
+			continue
+		}
+		if out == nil {
+			out = make([]*Delivery, len(ds))
+			copy(out, ds[:i])
+		}
+		if d.shard == "" {
+			out[i] = d
+		} else {
+			out[i] = wireCopy(d, lease)
+		}
+	}
+	if out == nil {
+		return ds
+	}
+	return out
+}
+
+// logical gives d, a delivery about to leave Broker, its logical lane: the
+// fair lane for a shard, keeping the shard for the driver (see Wire).
+func (b *Broker) logical(d *Delivery) {
+	if d.shard != "" {
+		return
+	}
+	if lane := b.LaneOf(d.Lane); lane != d.Lane {
+		d.shard, d.Lane = d.Lane, lane
+	}
 }
 
 // requeue gives d back to be offered again after delay without spending an
@@ -625,7 +806,7 @@ func (b *Broker) requeue(ctx context.Context, d *Delivery, delay time.Duration) 
 	if err := b.republish(ctx, c); err != nil {
 		return err
 	}
-	if err := b.d.Ack(ctx, []*Delivery{d}); err != nil && ClassOf(err) != Permanent {
+	if err := b.d.Ack(ctx, []*Delivery{onShard(d)}); err != nil && ClassOf(err) != Permanent {
 		return Wrap("receive: requeue", Transient, err)
 	}
 	return nil
@@ -664,7 +845,7 @@ func (b *Broker) Ack(ctx context.Context, ds ...*Delivery) error {
 	}
 	for start := 0; start < len(ds); start += batch {
 		part := ds[start:min(start+batch, len(ds))]
-		if err := b.d.Ack(ctx, part); err != nil {
+		if err := b.d.Ack(ctx, onShards(part, false)); err != nil {
 			return Wrap("ack", Transient, err)
 		}
 		if !b.caps.Ordering {
@@ -679,6 +860,10 @@ func (b *Broker) Ack(ctx context.Context, ds ...*Delivery) error {
 // Nack makes the message deliverable again after delay, with the next
 // attempt number. Delays beyond the driver's maximum are held.
 func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) error {
+	return b.nack(ctx, d, delay, "")
+}
+
+func (b *Broker) nack(ctx context.Context, d *Delivery, delay time.Duration, errText string) error {
 	if b.closed.Load() {
 		return closedErr("nack")
 	}
@@ -692,10 +877,10 @@ func (b *Broker) Nack(ctx context.Context, d *Delivery, delay time.Duration) err
 		if err := b.republish(ctx, c); err != nil {
 			return err
 		}
-		if err := b.d.Ack(ctx, []*Delivery{d}); err != nil {
+		if err := b.d.Ack(ctx, []*Delivery{onShard(d)}); err != nil {
 			return Wrap("nack", Transient, err)
 		}
-	} else if err := b.d.Nack(ctx, Wire(d), delay); err != nil {
+	} else if err := b.driverNack(ctx, Wire(d), delay, errText); err != nil { // nack_error.go
 		return Wrap("nack", Transient, err)
 	}
 	if !b.caps.Ordering {
@@ -748,7 +933,16 @@ func (b *Broker) Extend(ctx context.Context, lease time.Duration, ds ...*Deliver
 		batch = len(ds)
 	}
 	for start := 0; start < len(ds); start += batch {
-		if err := b.d.Extend(ctx, ds[start:min(start+batch, len(ds))], lease); err != nil {
+		part := ds[start:min(start+batch, len(ds))]
+		wire := onShards(part, true)
+		err := b.d.Extend(ctx, wire, lease)
+		for i, w := range wire {
+			if w != part[i] {
+				// The driver set the copy's new deadline.
+				part[i].LeaseDeadline = w.LeaseDeadline
+			}
+		}
+		if err != nil {
 			return Wrap("extend", Transient, err)
 		}
 	}
@@ -759,7 +953,9 @@ func (b *Broker) Extend(ctx context.Context, lease time.Duration, ds ...*Deliver
 			r, ok := b.orders[d]
 			b.orderMu.Unlock()
 			if ok {
-				_, _ = b.opts.Sequencer.Acquire(ctx, r.lane, r.key, r.seq, until)
+				if sq := b.sequencer(); sq != nil {
+					_, _ = sq.Acquire(ctx, r.lane, r.key, r.seq, until)
+				}
 			}
 		}
 	}
@@ -822,7 +1018,7 @@ func (b *Broker) Replay(ctx context.Context, d *Delivery) error {
 		if err := b.republish(ctx, c); err != nil {
 			return err
 		}
-		return Wrap("replay", Transient, b.d.Ack(ctx, []*Delivery{d}))
+		return Wrap("replay", Transient, b.d.Ack(ctx, []*Delivery{onShard(d)}))
 	}
 	return Wrap("replay", Transient, b.d.Replay(ctx, Wire(d)))
 }
@@ -942,4 +1138,30 @@ func (s *memDedup) Release(_ context.Context, lane, tenant, key, id string) erro
 		delete(s.m, k)
 	}
 	return nil
+}
+
+// Accept applies to d, a live delivery received outside Receive (handed
+// over by an AWS Lambda event-source mapping, say, and turned into a
+// Delivery by its driver), the receive-side fallbacks Receive applies: an
+// attempt base or a hold carried by a re-published copy, the attempt limit
+// where the driver has none, ordering by key where the broker has none,
+// and opening a sealed body. keep=false means Accept settled d itself (it
+// was re-delayed, given back for its ordering turn, or dead-lettered with
+// a reason) and it must not run; an error means it could not be handled
+// now and stays leased, to come back after its lease.
+func (b *Broker) Accept(ctx context.Context, d *Delivery) (keep bool, err error) {
+	if b.closed.Load() {
+		return false, closedErr("accept")
+	}
+	if d == nil {
+		return false, Invalidf("accept: nil delivery")
+	}
+	keep, err = b.filter(ctx, d)
+	if keep && err == nil {
+		keep, err = b.openLive(ctx, d)
+	}
+	if keep && err == nil && b.fair != nil {
+		b.logical(d)
+	}
+	return keep, err
 }

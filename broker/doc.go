@@ -18,9 +18,11 @@
 //
 //   - deduplication by idempotency key (Options.Dedup; the ledger covers
 //     every process and any horizon);
-//   - ordering by key (Options.Sequencer: a per-key sequence assigned at
-//     publish; a message whose turn has not come is offered again later
-//     without spending an attempt);
+//   - ordering by key (Options.Sequencer, shared by every process: the
+//     ledger's; a per-key sequence assigned at publish; a message whose
+//     turn has not come is offered again later without spending an
+//     attempt; without a shared sequencer a keyed publish is refused with
+//     ErrNoSequencer — see docs/ORDERING.md);
 //   - delays beyond the broker's maximum (the message hops with the longest
 //     native delay until it is due; headers carry the real run-at, the
 //     attempts already spent and the idempotency key);
@@ -52,6 +54,10 @@
 //	nats://host:4222                    adapters/nats
 //	redis://:pass@host:6379/0           adapters/asynq
 //	sqs://?region=eu-west-1             adapters/sqs
+//
+// Every adapter in this module also opens without a URL, in one shape: an
+// exported Config, ParseURL(*url.URL) (*Config, error) to read one from a
+// URL, and OpenConfig(ctx, *Config) (*Driver, error).
 //
 // # Payload encryption
 //

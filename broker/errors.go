@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/switchyard-dev/switchyard/lanes"
 )
 
 // Class is the one error classification used across Switchyard.
@@ -47,8 +49,9 @@ var (
 	// ErrUnsupported: the driver cannot do the operation (permanent).
 	ErrUnsupported = errors.New("unsupported operation")
 	// ErrInvalid: the input is malformed: a bad name, URL, parameter or
-	// message field (permanent).
-	ErrInvalid = errors.New("invalid input")
+	// message field (permanent). It is lanes.ErrInvalid, so it matches a
+	// bad lane definition (lanes.ConfigError) too.
+	ErrInvalid = lanes.ErrInvalid
 	// ErrClosed: the driver or broker was closed (permanent).
 	ErrClosed = errors.New("broker closed")
 	// ErrLeaseLost: the delivery's lease has passed to another consumer, or

@@ -118,10 +118,11 @@ func FairShard(tenant string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// LaneOf returns the lane a delivery belongs to: the fair lane for a shard
-// of a configured fair lane, else physical itself. Code that reports or
-// routes by lane (the runtime's policy, metrics, the ledger) uses it;
-// Delivery.Lane keeps the physical name the driver needs.
+// LaneOf returns the lane a physical lane name belongs to: the fair lane
+// for a shard of a configured fair lane, else physical itself. Deliveries
+// from Receive and Accept carry the logical lane already (the shard stays
+// inside Broker, see Wire); LaneOf is for names met elsewhere, such as a
+// queue named by an event source.
 func (b *Broker) LaneOf(physical string) string {
 	if b.fair == nil {
 		return physical

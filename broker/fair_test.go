@@ -73,8 +73,8 @@ func drainUntilQuietDone(t *testing.T, b *broker.Broker, lane, quiet string, qui
 			} else {
 				floodSeen++
 			}
-			if b.LaneOf(d.Lane) != lane {
-				t.Fatalf("delivery of lane %s maps to %s", d.Lane, b.LaneOf(d.Lane))
+			if d.Lane != lane {
+				t.Fatalf("delivery of fair lane %s carries lane %s", lane, d.Lane)
 			}
 		}
 		if err := b.Ack(ctx, ds...); err != nil {
@@ -291,5 +291,95 @@ func TestFairNamesAndParsing(t *testing.T) {
 	}
 	if _, err := broker.New(b.Driver(), &broker.Options{Fair: map[string]int{"batch": 100}}); !errors.Is(err, broker.ErrInvalid) {
 		t.Errorf("New with 100 shards: %v", err)
+	}
+}
+
+// TestBroker_FairLaneSettlesOnShard: a delivery from a fair lane carries
+// the lane's own name, and every settlement of it (extend, nack, release,
+// dead-letter, replay, ack) reaches the shard its message sits in.
+func TestBroker_FairLaneSettlesOnShard(t *testing.T) {
+	t.Parallel()
+	const lane = "batch"
+	// A short MaxDelay makes a longer nack a re-published hop, which must
+	// land on the shard too.
+	b, err := broker.Open(context.Background(), "embedded://"+filepath.Join(t.TempDir(), "q.db"),
+		&broker.Options{Fair: map[string]int{lane: 4}, MaxDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx := context.Background()
+	tenant := ""
+	for i := 0; tenant == ""; i++ {
+		if c := fmt.Sprintf("tenant-%d", i); broker.FairShard(c, 4) != 0 {
+			tenant = c
+		}
+	}
+	publishN(t, b, lane, tenant, 1)
+	shard := broker.FairShardName(lane, broker.FairShard(tenant, 4))
+
+	receive := func(dead bool, attempt int) *broker.Delivery {
+		t.Helper()
+		ds, err := b.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 1, Lease: time.Minute, DeadLetters: dead, Wait: time.Minute})
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("receive (dead letters: %v): %d deliveries, %v", dead, len(ds), err)
+		}
+		d := ds[0]
+		if d.Lane != lane || broker.WireLane(d) != shard || broker.Wire(d).Lane != shard {
+			t.Fatalf("delivery lane %q, wire lane %q; want %q on shard %q", d.Lane, broker.WireLane(d), lane, shard)
+		}
+		if !dead && d.Attempt != attempt {
+			t.Fatalf("attempt %d; want %d", d.Attempt, attempt)
+		}
+		return d
+	}
+	stats := func() broker.Stats {
+		t.Helper()
+		st, err := b.Driver().Stats(ctx, shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+
+	d := receive(false, 1)
+	before := d.LeaseDeadline
+	if err := b.Extend(ctx, time.Hour, d); err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	if !d.LeaseDeadline.After(before) {
+		t.Errorf("extend left the lease deadline at %v (was %v)", d.LeaseDeadline, before)
+	}
+	if err := b.Nack(ctx, d, 0); err != nil {
+		t.Fatalf("nack: %v", err)
+	}
+	d = receive(false, 2)
+	if err := b.Nack(ctx, d, 30*time.Millisecond); err != nil {
+		t.Fatalf("nack beyond MaxDelay: %v", err)
+	}
+	if st := stats(); st.Ready+st.Delayed != 1 {
+		t.Fatalf("shard stats after a held nack: %+v; want the hop on the shard", st)
+	}
+	d = receive(false, 3)
+	if err := b.Release(ctx, d, 0); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	d = receive(false, 3)
+	if err := b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: broker.ReasonPermanent, Error: "boom"}); err != nil {
+		t.Fatalf("dead-letter: %v", err)
+	}
+	if st := stats(); st.DeadLettered != 1 || st.Ready+st.InFlight+st.Delayed != 0 {
+		t.Fatalf("shard stats after dead-lettering: %+v", st)
+	}
+	dl := receive(true, 0)
+	if err := b.Replay(ctx, dl); err != nil {
+		t.Fatalf("replay: %v", err)
+	}
+	d = receive(false, 1)
+	if err := b.Ack(ctx, d); err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	if st := stats(); st != (broker.Stats{Lane: st.Lane}) {
+		t.Errorf("shard stats after ack: %+v; want empty", st)
 	}
 }

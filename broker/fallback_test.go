@@ -12,9 +12,16 @@ import (
 
 // openReduced opens the embedded broker with its native ordering, dedup,
 // attempt limit and long delays switched off, so Broker's fallbacks act.
+// One process publishes and consumes, so the in-process sequencer is
+// exact here.
 func openReduced(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, err := broker.Open(context.Background(), "embedded://"+filepath.Join(t.TempDir(), "q.db")+"?reduced=true", nil)
+	return openReducedAt(t, filepath.Join(t.TempDir(), "q.db"), &broker.Options{Sequencer: broker.NewMemorySequencer()})
+}
+
+func openReducedAt(t *testing.T, path string, opts *broker.Options) *broker.Broker {
+	t.Helper()
+	b, err := broker.Open(context.Background(), "embedded://"+path+"?reduced=true", opts)
 	if err != nil {
 		t.Fatal(err)
 	}

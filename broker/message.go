@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/lanes"
 )
 
 // Message is the portable envelope a driver carries. It describes a unit of
@@ -46,6 +48,12 @@ type Message struct {
 }
 
 // Delivery is a message leased to one consumer.
+//
+// A delivery from Broker.Receive (or kept by Broker.Accept) carries its
+// logical lane in Lane: the lane it was published to, never a shard of a
+// fair lane. The shard stays private to Broker, which routes every ack,
+// nack, extension, release, dead-letter and replay to it; code that hands
+// the delivery to the Driver directly passes Wire(d).
 type Delivery struct {
 	Message
 	// Attempt is 1 on the first delivery and grows on every redelivery,
@@ -67,6 +75,10 @@ type Delivery struct {
 	// Options.Codec (Body is then the plaintext); Broker gives it back to
 	// the driver for every call that may re-publish the message.
 	sealed []byte
+	// shard is the physical lane the driver delivered from when it differs
+	// from Lane (a shard of a fair lane: Lane is then the fair lane).
+	// Broker gives it back to the driver for every call (see Wire).
+	shard string
 }
 
 // Reason is a stable, machine-readable code saying why a message was
@@ -93,6 +105,11 @@ const (
 	// ReasonDeliveryLimit: the broker's own delivery limit moved the message
 	// (native redrive), with no error text from the framework.
 	ReasonDeliveryLimit Reason = "delivery_limit"
+	// ReasonBadSequence: the message's ordering sequence (the framework's
+	// header on brokers without native ordering) is missing, malformed or
+	// was never assigned for its key, so it cannot take its place in the
+	// key's order.
+	ReasonBadSequence Reason = "bad_ordering_sequence"
 )
 
 // DeadLetter describes why and when a message was dead-lettered, with the
@@ -135,10 +152,10 @@ type PublishResult struct {
 // Limits on the portable fields, enforced by Broker before a driver sees a
 // message.
 const (
-	MaxNameLen   = 128  // lane and kind names
-	MaxKeyLen    = 256  // idempotency key, ordering key, tenant, ID
-	MaxHeaders   = 64   // number of headers
-	MaxHeaderLen = 4096 // bytes in one header value
+	MaxNameLen   = lanes.MaxNameLen // lane and kind names
+	MaxKeyLen    = 256              // idempotency key, ordering key, tenant, ID
+	MaxHeaders   = 64               // number of headers
+	MaxHeaderLen = 4096             // bytes in one header value
 
 	// MaxAttemptsLimit is the largest MaxAttempts a message may ask for.
 	// Drivers whose broker counts deliveries itself (RabbitMQ quorum
@@ -213,20 +230,12 @@ func CheckDecoded(m *Message) error {
 }
 
 // ValidateName reports whether s is a valid lane or kind name: 1–128
-// characters of letters, digits and "_.:-", not starting with punctuation.
+// characters of letters, digits and "_.:-", not starting with punctuation
+// (the rule of lanes.ValidateName). The error is permanent and matches
+// ErrInvalid.
 func ValidateName(what, s string) error {
-	if s == "" {
-		return invalidf("%s is empty", what)
-	}
-	if len(s) > MaxNameLen {
-		return invalidf("%s is %d bytes, the limit is %d", what, len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || c != '_' && c != '.' && c != ':' && c != '-') {
-			return invalidf("%s %q has characters outside [A-Za-z0-9_.:-] or starts with punctuation", what, s)
-		}
+	if err := lanes.ValidateName(what, s); err != nil {
+		return &Error{Class: Permanent, Kind: ErrInvalid, Err: err}
 	}
 	return nil
 }

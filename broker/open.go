@@ -7,8 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/internal/registry"
 )
 
 // Opener opens a driver from a parsed URL. Openers must reject unknown query
@@ -16,35 +17,15 @@ import (
 // (Redact helps).
 type Opener func(ctx context.Context, u *url.URL) (Driver, error)
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Opener{}
-)
+var openers = registry.New[Opener]("broker")
 
 // Register makes a driver available under a URL scheme. Adapters call it
 // from init. Registering a scheme twice panics: it is a programming error
 // found at start-up, never at run time.
-func Register(scheme string, o Opener) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	scheme = strings.ToLower(scheme)
-	if _, dup := registry[scheme]; dup {
-		panic("broker: scheme registered twice: " + scheme)
-	}
-	registry[scheme] = o
-}
+func Register(scheme string, o Opener) { openers.Register(scheme, o) }
 
 // Schemes lists the registered URL schemes, sorted.
-func Schemes() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	s := make([]string, 0, len(registry))
-	for k := range registry {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
-}
+func Schemes() []string { return openers.Schemes() }
 
 // OpenDriver opens the driver for rawURL through the scheme registry. The
 // adapter's package must be imported (adapters/all imports them all).
@@ -57,9 +38,7 @@ func OpenDriver(ctx context.Context, rawURL string) (Driver, error) {
 	if u.Scheme == "" {
 		return nil, Invalidf("broker URL %q has no scheme; registered schemes: %s", Redact(u), strings.Join(Schemes(), ", "))
 	}
-	registryMu.RLock()
-	o := registry[strings.ToLower(u.Scheme)]
-	registryMu.RUnlock()
+	o, _ := openers.Lookup(u.Scheme)
 	if o == nil {
 		return nil, Invalidf("unknown broker URL scheme %q; registered schemes: %s (is the adapter's package imported?)", u.Scheme, strings.Join(Schemes(), ", "))
 	}

@@ -125,8 +125,9 @@ func TestMaxAttempts(t *testing.T, h *Harness) {
 // delivered or retried; they go to the dead-letter queue with a reason, and
 // they do not block the messages behind them (point 11).
 func TestUndecodable(t *testing.T, h *Harness) {
+	h.require(t, CanInjectRaw)
 	if h.InjectRaw == nil {
-		t.Fatal("the harness must set InjectRaw: every broker can carry bytes Switchyard did not write")
+		t.Fatal("the harness must set InjectRaw, or declare why it cannot in Harness.Cannot[conformance.CanInjectRaw]: every broker can carry bytes Switchyard did not write")
 	}
 	b := Open(t, h, nil)
 	// Create the lane's queues first, as a running system would have them.

@@ -14,7 +14,14 @@ import (
 // delivery is attempt 1, and an acked message never comes back (contract
 // point 1).
 func TestPublishReceiveAck(t *testing.T, h *Harness) {
-	b := Open(t, h, nil)
+	// The message carries an ordering key; one Broker publishes and
+	// consumes it, so an in-process sequencer serves where the broker has
+	// no native ordering.
+	opts := *h.Options.WithDefaults()
+	if opts.Sequencer == nil {
+		opts.Sequencer = broker.NewMemorySequencer()
+	}
+	b := Open(t, h, &opts)
 	runAt := time.Now().Add(-time.Second).Truncate(time.Millisecond)
 	m := &broker.Message{
 		Lane: "interactive", Kind: "email.send", Body: []byte(`{"to":"a@example.com"}`),

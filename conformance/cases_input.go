@@ -16,7 +16,7 @@ func TestTooLarge(t *testing.T, h *Harness) {
 	b := Open(t, h, nil)
 	max := b.Capabilities().MaxMessageSize
 	if max <= 0 {
-		t.Skip("the driver declares no message size limit (Capabilities.MaxMessageSize = 0), so nothing can be too large")
+		h.skipf(t, "the driver declares no message size limit (Capabilities.MaxMessageSize = 0), so nothing can be too large")
 	}
 	big := &broker.Message{Lane: "batch", Kind: "doc.ingest", Body: make([]byte, max+1)}
 	ok := newMsg("batch", "doc.ingest", "small")
@@ -151,8 +151,9 @@ func TestReceiveCancel(t *testing.T, h *Harness) {
 // errors within their deadlines instead of hanging; afterwards work resumes
 // and nothing published before the outage is lost (point 12).
 func TestOutage(t *testing.T, h *Harness) {
+	h.require(t, CanDisrupt)
 	if h.Disrupt == nil {
-		t.Skip("the harness cannot make this broker unreachable (Harness.Disrupt is nil); the embedded broker has no server to lose")
+		h.skipf(t, "the harness sets no Disrupt and does not declare why (Harness.Cannot[conformance.CanDisrupt]): the outage case cannot run")
 	}
 	b := Open(t, h, nil)
 	before := publish(t, b, newMsg("batch", "o.k", "before"))

@@ -15,8 +15,9 @@ import (
 // them flow (point 11). Drivers check decoded messages with
 // broker.CheckDecoded (broker.DecodeEnvelope does it for envelopes).
 func TestBadID(t *testing.T, h *Harness) {
+	h.require(t, CanInjectRaw)
 	if h.InjectRaw == nil {
-		t.Fatal("the harness must set InjectRaw: every broker can carry bytes Switchyard did not write")
+		t.Fatal("the harness must set InjectRaw, or declare why it cannot in Harness.Cannot[conformance.CanInjectRaw]: every broker can carry bytes Switchyard did not write")
 	}
 	b := Open(t, h, nil)
 	publish(t, b, newMsg("batch", "warm.up", "x"))

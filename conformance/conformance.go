@@ -4,13 +4,46 @@
 //
 // # Using it
 //
-// An adapter's test returns a fresh Harness per case:
+// An adapter's test returns a fresh Harness per case. This one, for the
+// in-memory embedded broker, runs as written (doc_test.go runs it):
 //
 //	func TestConformance(t *testing.T) {
 //		conformance.Run(t, func(t *testing.T) *conformance.Harness {
-//			return &conformance.Harness{URL: "mem://?namespace=" + conformance.Namespace(t)}
+//			url := "mem://" + conformance.Namespace(t)
+//			return &conformance.Harness{
+//				URL: url,
+//				// Bytes Switchyard did not write, put on a lane's queue with
+//				// the broker's own client.
+//				InjectRaw: func(ctx context.Context, lane string, body []byte) error {
+//					d, err := embedded.OpenURL(ctx, url)
+//					if err != nil {
+//						return err
+//					}
+//					defer d.Close()
+//					return d.InjectRaw(ctx, lane, body)
+//				},
+//				// What this harness cannot do, with the reason: those cases
+//				// are skipped with it, and the report lists them.
+//				Cannot: map[conformance.Ability]string{
+//					conformance.CanDisrupt:        "an in-memory broker has no server to stop",
+//					conformance.CanOutliveProcess: "an in-memory broker dies with the test process",
+//				},
+//			}
 //		})
 //	}
+//
+// A third-party adapter does the same with its own URL scheme (registered
+// with broker.Register), InjectRaw through its broker's client, and
+// Disrupt when its test can stop the broker (a proxy in front of it will
+// do; see internal/faultproxy).
+//
+// # The capability report
+//
+// When the cases have ended, Run logs a report (go test -v shows it; set
+// SWITCHYARD_CONFORMANCE_REPORT to a file path to keep it) with one line
+// per guarantee: native (the broker does it), framework fallback (the
+// broker lacks it, per its Capabilities, and Broker fills the gap), or the
+// cases skipped with their reasons.
 //
 // Cases are exported values in Cases, so an adapter can re-run one with its
 // own settings, and a third-party adapter can run the whole suite from its
@@ -62,6 +95,7 @@ var Cases = []Case{
 	{"ExtendLease", TestExtendLease},
 	{"StaleAck", TestStaleAck},
 	{"NackDelay", TestNackDelay},
+	{"NackWithError", TestNackWithError},
 	{"Release", TestRelease},
 	{"CloseWithoutAck", TestCloseWithoutAck},
 	{"DeadLetter", TestDeadLetter},
@@ -77,6 +111,7 @@ var Cases = []Case{
 	{"Undecodable", TestUndecodable},
 	{"BadID", TestBadID},
 	{"Stats", TestStats},
+	{"Browse", TestBrowse},
 	{"ReceiveCancel", TestReceiveCancel},
 	{"Outage", TestOutage},
 	{"BadURL", TestBadURL},
@@ -89,7 +124,16 @@ func Run(t *testing.T, newHarness HarnessMaker) {
 	if maybeChild() {
 		return
 	}
-	for _, c := range Cases {
+	runCases(t, "broker cases", Cases, newHarness)
+}
+
+// runCases runs cases in parallel subtests, each with a fresh harness, and
+// prints the capability report once they have all ended.
+func runCases(t *testing.T, suite string, cases []Case, newHarness HarnessMaker) {
+	t.Helper()
+	rep := newReport(suite)
+	t.Cleanup(func() { rep.print(t) }) // after the parallel subtests
+	for _, c := range cases {
 		c := c
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
@@ -100,6 +144,7 @@ func Run(t *testing.T, newHarness HarnessMaker) {
 			if h.Cleanup != nil {
 				t.Cleanup(h.Cleanup)
 			}
+			rep.track(t, c.Name, h)
 			c.Test(t, h)
 		})
 	}
@@ -152,6 +197,9 @@ func Open(t testing.TB, h *Harness, opts *broker.Options) *broker.Broker {
 		t.Fatalf("open %s: %v", redactURL(h.URL), err)
 	}
 	t.Cleanup(func() { b.Close() })
+	if h.rep != nil {
+		h.rep.observe(b.Capabilities())
+	}
 	return b
 }
 

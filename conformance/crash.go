@@ -30,8 +30,14 @@ func maybeChild() bool {
 		os.Exit(crashChild())
 	case "e2e-step", "e2e-effect":
 		os.Exit(crashChildE2E(mode))
+	case "e2e-cancel":
+		os.Exit(crashChildCancel())
 	case "chaos":
 		os.Exit(chaosWorker())
+	case "fleet-publisher":
+		os.Exit(fleetPublisher())
+	case "fleet-consumer":
+		os.Exit(fleetConsumer())
 	}
 	return false
 }
@@ -76,9 +82,7 @@ func crashChild() int {
 // the lease, and the other messages are delivered exactly once (points 1,
 // 3, 10).
 func TestCrash(t *testing.T, h *Harness) {
-	if h.InProcess {
-		t.Skip("this broker lives inside the test process (Harness.InProcess): a killed process takes the broker with it, so there is no survivor to redeliver to; the crash case runs on the durable form")
-	}
+	h.require(t, CanOutliveProcess)
 	b := Open(t, h, nil)
 	rs := publish(t, b, newMsg("interactive", "agent.step", "victim"))
 	victim := rs[0].ID

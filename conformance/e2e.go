@@ -46,6 +46,10 @@ var E2ECases = []Case{
 	{"Snooze", TestE2ESnooze},
 	{"GracefulStop", TestE2EGracefulStop},
 	{"Ordering", TestE2EOrdering},
+	{"CancelQueued", TestE2ECancelQueued},
+	{"CancelRunning", TestE2ECancelRunning},
+	{"CancelKilledWorker", TestE2ECancelKilledWorker},
+	{"WaitResult", TestE2EWaitResult},
 }
 
 // RunE2E runs every end-to-end case in parallel subtests, each with a fresh
@@ -55,17 +59,7 @@ func RunE2E(t *testing.T, newHarness HarnessMaker) {
 	if maybeChild() {
 		return
 	}
-	for _, c := range E2ECases {
-		c := c
-		t.Run(c.Name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			if h.Cleanup != nil {
-				t.Cleanup(h.Cleanup)
-			}
-			c.Test(t, h)
-		})
-	}
+	runCases(t, "end-to-end cases", E2ECases, newHarness)
 }
 
 // e2eArgs are the arguments of every end-to-end task.
@@ -357,9 +351,7 @@ func killChildAt(t *testing.T, h *Harness, e *env, mode, want, file string) {
 // cleanup, in case the test stops first).
 func startChildAt(t *testing.T, h *Harness, e *env, mode, want, file string) (kill func()) {
 	t.Helper()
-	if h.InProcess {
-		t.Skip("this broker lives inside the test process (Harness.InProcess), so it cannot outlive a killed worker; the durable form runs this case")
-	}
+	h.require(t, CanOutliveProcess)
 	noSpawnFromChild(t)
 	top := strings.SplitN(t.Name(), "/", 2)[0]
 	cmd := exec.Command(os.Args[0], "-test.run=^"+top+"$", "-test.count=1")

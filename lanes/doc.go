@@ -20,10 +20,11 @@
 // A Policy over N slots gives each lane its reservation; the rest, N minus
 // the sum of reservations, is shared. A task may cost more than one slot
 // (LaneState.Cost). Validate (and NewPolicy) refuse unknown shapes with a
-// *ConfigError that matches broker.ErrInvalid: bad or duplicate names,
-// negative values, reservations above N, a lane without reservation when
-// every slot is reserved, a manual lane with a reservation, minimum shares
-// above 1 in sum or beyond what a lane can hold.
+// *ConfigError that matches ErrInvalid (broker.ErrInvalid is the same
+// error, so either matches): bad or duplicate names, negative values,
+// reservations above N, a lane without reservation when every slot is
+// reserved, a manual lane with a reservation, minimum shares above 1 in
+// sum or beyond what a lane can hold.
 //
 // # Choosing a lane
 //

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/switchyard-dev/switchyard/broker"
 )
 
 // The names of the four default lanes.
@@ -24,8 +22,8 @@ const (
 // lane with a weight wants them, or when promoted), no promotion, no wait
 // objective (it never lends its reserved slots), no minimum share.
 type Lane struct {
-	// Name is the lane's name, as in broker.Message.Lane. Required; the
-	// same rules as broker.ValidateName.
+	// Name is the lane's name, as in broker.Message.Lane. Required; see
+	// ValidateName (the rule broker.ValidateName applies too).
 	Name string
 
 	// Reserved is the number of slots only this lane may use. A lane below
@@ -100,7 +98,7 @@ func Defaults() []Lane {
 }
 
 // ConfigError reports an invalid lane definition or policy size. It matches
-// broker.ErrInvalid with errors.Is.
+// ErrInvalid (and so broker.ErrInvalid, the same error) with errors.Is.
 type ConfigError struct {
 	Lane   string // the lane concerned, empty for the whole policy
 	Field  string // the field concerned, empty if none
@@ -119,8 +117,8 @@ func (e *ConfigError) Error() string {
 	return "lanes: " + e.Reason
 }
 
-// Is makes errors.Is(err, broker.ErrInvalid) true.
-func (e *ConfigError) Is(target error) bool { return target == broker.ErrInvalid }
+// Is makes errors.Is(err, ErrInvalid) true (broker.ErrInvalid is ErrInvalid).
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalid }
 
 // Validate checks a set of lane definitions against totalSlots worker
 // slots. It reports every problem found, joined with errors.Join; each is
@@ -142,7 +140,7 @@ func Validate(totalSlots int, lanes []Lane) error {
 	needShared := ""
 	for i, l := range lanes {
 		name := l.Name
-		if err := broker.ValidateName("lane name", l.Name); err != nil {
+		if err := ValidateName("lane name", l.Name); err != nil {
 			bad(fmt.Sprintf("#%d", i), "Name", "%v", err)
 			name = fmt.Sprintf("#%d", i)
 		} else if seen[l.Name] {

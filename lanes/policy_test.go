@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/switchyard-dev/switchyard/broker"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -249,8 +247,8 @@ func TestValidate(t *testing.T) {
 			if nerr == nil {
 				t.Fatal("NewPolicy accepted what Validate refused")
 			}
-			if !errors.Is(err, broker.ErrInvalid) {
-				t.Errorf("errors.Is(%v, broker.ErrInvalid) = false", err)
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
 			}
 			var ce *ConfigError
 			if !errors.As(err, &ce) {

@@ -72,6 +72,10 @@ func CodecOf(L Ledger) broker.Codec {
 // Unwrap returns the ledger WithCodec wrapped.
 func (l *codecLedger) Unwrap() Ledger { return l.Ledger }
 
+// Sequencer passes the wrapped store's ordering Sequencer through
+// (ordering keys are not sealed).
+func (l *codecLedger) Sequencer() broker.Sequencer { return SequencerOf(l.Ledger) }
+
 func aad(purpose string, parts ...string) []byte {
 	b := append(make([]byte, 0, 64), "switchyard "...)
 	b = append(b, purpose...)

@@ -13,7 +13,8 @@
 //	   │         │ ├───► dead ─(replay)─► queued
 //	   │         │ ├───► failed
 //	   │         │ ├───► cancelled
-//	   │         │ └───► awaiting_review ─► queued (approved) | rejected
+//	   │         │ ├───► awaiting_review ─► queued (approved) | rejected
+//	   │         │ └───► awaiting_event ─► queued (signalled) | failed (timed out)
 //	   └─────────┘ (returned unstarted on shutdown, or snoozed)
 //
 // running ─► running is legal: a redelivery after a crashed worker starts a
@@ -28,6 +29,18 @@
 // LaneControls stores lane pauses that every process sharing the ledger
 // sees, and the history of who paused and resumed each lane (LaneEvents);
 // both stores implement it.
+//
+// Notes (notify.go) is a control channel between the processes sharing
+// the ledger, beside the task broker: PostgreSQL LISTEN/NOTIFY, or a
+// polled table on SQLite. Every move to a terminal state (or
+// awaiting_review) sends a note; the runtime cancels the handlers of
+// tasks cancelled while they run by it, and Client.Wait waits on it.
+// Both stores implement it; find it with NotesOf.
+// Outbox (outbox.go) is the transactional outbox: tasks written in the
+// caller's own database transaction (CreateTx) or with a durable row
+// before their publish (CreateOutbox), published by relays that claim
+// rows by lease. Both stores implement it; OutboxOf finds it through
+// WithCodec.
 //
 // # Stores
 //
@@ -60,6 +73,9 @@ const (
 	AwaitingReview State = "awaiting_review"
 	Rejected       State = "rejected"
 	Cancelled      State = "cancelled"
+	// AwaitingEvent: the handler returned AwaitEvent; the task waits
+	// durably (no process holds it) for a signal or its timeout.
+	AwaitingEvent State = "awaiting_event"
 )
 
 // Terminal reports whether no transition leaves s except an operator's
@@ -82,10 +98,11 @@ func (s State) Valid() bool {
 // move to from `from`. Stores refuse every other transition with
 // ErrConflict.
 var Allowed = map[State][]State{
-	Queued:         {Running, Cancelled, Dead, AwaitingReview},
-	Running:        {Running, Completed, RetryWait, Failed, Dead, Cancelled, AwaitingReview, Queued},
+	Queued:         {Running, Cancelled, Dead, AwaitingReview, AwaitingEvent},
+	Running:        {Running, Completed, RetryWait, Failed, Dead, Cancelled, AwaitingReview, Queued, AwaitingEvent},
 	RetryWait:      {Running, Dead, Cancelled, Queued},
 	AwaitingReview: {Queued, Rejected, Cancelled},
+	AwaitingEvent:  {Queued, Failed, Cancelled},
 	Dead:           {Queued},
 	Completed:      {},
 	Failed:         {Queued},
@@ -113,9 +130,16 @@ type Task struct {
 	OrderingKey    string
 	// Args is the encoded task arguments, kept for replay, migration and
 	// inspection.
-	Args        []byte
-	State       State
-	Attempt     int // attempts started so far
+	Args  []byte
+	State State
+	// Attempt is the number of the latest attempt: attempts started so
+	// far. On a queued task that goes back to work after attempts
+	// (replayed from the dead letters, approved in review, resumed by an
+	// event) it is already the number the next attempt takes, one more
+	// than the attempts started; a snooze or a return at shutdown does not
+	// spend a number. NextAttempt says which number the next attempt
+	// takes, without that ambiguity.
+	Attempt     int
 	MaxAttempts int
 	RunAt       time.Time
 	Deadline    time.Time // zero: none
@@ -130,6 +154,22 @@ type Task struct {
 	// the task over (BeginRun) only once it has passed: a holder that is
 	// alive is never superseded.
 	LeaseUntil time.Time
+}
+
+// NextAttempt is the number the task's next attempt takes (when the
+// broker's delivery count is not ahead of it): for a queued task its
+// Attempt, or 1 when none was started; for one waiting to retry, one more
+// than its Attempt; 0 for a task running, parked or finished, which has no
+// next attempt lined up. Displays use it to say "next attempt 2" where
+// Attempt alone would read as "2 attempts" after one run.
+func (t *Task) NextAttempt() int {
+	switch t.State {
+	case Queued:
+		return max(t.Attempt, 1)
+	case RetryWait:
+		return t.Attempt + 1
+	}
+	return 0
 }
 
 // Attempt is one attempt at running a task.
@@ -201,6 +241,9 @@ type TransitionRequest struct {
 	Result    []byte    // when non-nil, sets Task.Result
 	LastError *string   // when non-nil, sets Task.LastError
 	RunAt     time.Time // when non-zero, sets Task.RunAt
+	// Lane, when non-empty, sets Task.Lane: a dead letter moved to another
+	// lane's queue runs there, and the ledger says so.
+	Lane string
 	// IfAttemptBelow, when > 0, adds a guard: the transition applies only
 	// if the task's Attempt is below it (else ErrConflict). The runtime
 	// uses it so that of two deliveries of a running task only one with a
@@ -341,6 +384,10 @@ type Ledger interface {
 	// across processes.
 	broker.DedupStore
 
+	// StreamStore keeps progress, streamed chunks and durable waits
+	// (stream.go).
+	StreamStore
+
 	Close() error
 }
 
@@ -391,6 +438,18 @@ type LaneEvent struct {
 	Paused bool
 	// At is when the change was made, by the store's clock.
 	At time.Time
+}
+
+// SequencerOf returns L's ordering Sequencer (broker.Sequencer) shared by
+// every process using the ledger, or nil when L has none. ledger/sqlite and
+// ledger/postgres have one; a Broker on a driver without native ordering
+// uses it for ordering keys (switchyard.NewClient and NewServer hand it
+// over with broker.Broker.AdoptSequencer).
+func SequencerOf(L Ledger) broker.Sequencer {
+	if src, ok := L.(broker.SequencerSource); ok {
+		return src.Sequencer()
+	}
+	return nil
 }
 
 // Errors.

@@ -3,11 +3,10 @@ package ledger
 import (
 	"context"
 	"net/url"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/registry"
 )
 
 // Opener opens a store from a parsed DSN. Openers reject unknown query
@@ -15,39 +14,21 @@ import (
 // credentials in errors (broker.Redact helps).
 type Opener func(ctx context.Context, u *url.URL) (Ledger, error)
 
-var (
-	registryMu sync.RWMutex
-	registry   = map[string]Opener{}
-)
+var openers = registry.New[Opener]("ledger")
 
 // Register makes a store available under a DSN scheme. Store packages call
 // it from init: importing ledger/sqlite registers "sqlite", importing
 // ledger/postgres registers "postgres" and "postgresql". Registering a
 // scheme twice panics: it is a programming error found at start-up.
 func Register(scheme string, o Opener) {
-	registryMu.Lock()
-	defer registryMu.Unlock()
-	scheme = strings.ToLower(scheme)
 	if o == nil {
-		panic("ledger: nil opener for scheme " + scheme)
+		panic("ledger: nil opener for scheme " + strings.ToLower(scheme))
 	}
-	if _, dup := registry[scheme]; dup {
-		panic("ledger: scheme registered twice: " + scheme)
-	}
-	registry[scheme] = o
+	openers.Register(scheme, o)
 }
 
 // Schemes lists the registered DSN schemes, sorted.
-func Schemes() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	s := make([]string, 0, len(registry))
-	for k := range registry {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
-}
+func Schemes() []string { return openers.Schemes() }
 
 // Open opens the store named by dsn through the scheme registry, for
 // example
@@ -70,9 +51,7 @@ func Open(ctx context.Context, dsn string) (Ledger, error) {
 	if u.Scheme == "" {
 		return nil, broker.Invalidf("ledger DSN %q has no scheme; registered schemes: %s", broker.Redact(u), strings.Join(Schemes(), ", "))
 	}
-	registryMu.RLock()
-	o := registry[strings.ToLower(u.Scheme)]
-	registryMu.RUnlock()
+	o, _ := openers.Lookup(u.Scheme)
 	if o == nil {
 		return nil, broker.Invalidf("unknown ledger DSN scheme %q; registered schemes: %s (is the store's package imported?)", u.Scheme, strings.Join(Schemes(), ", "))
 	}

@@ -51,12 +51,12 @@ func child() int {
 	ctx := context.Background()
 	// Run on opened brokers, not RunURL: the same-kind pairs use two
 	// namespaces of one server to stand for two clusters.
-	from, err := broker.Open(ctx, os.Getenv(fromEnv), nil)
+	from, err := broker.Open(ctx, os.Getenv(fromEnv), &broker.Options{Sequencer: testSeq})
 	if err != nil {
 		fmt.Printf("ERROR %v\n", err)
 		return 2
 	}
-	to, err := broker.Open(ctx, os.Getenv(toEnv), nil)
+	to, err := broker.Open(ctx, os.Getenv(toEnv), &broker.Options{Sequencer: testSeq})
 	if err != nil {
 		fmt.Printf("ERROR %v\n", err)
 		return 2
@@ -120,9 +120,14 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// testSeq orders keyed messages for every Broker this test process opens
+// (one process publishes and consumes, so an in-process sequencer is
+// exact; a fleet shares the ledger's).
+var testSeq = broker.NewMemorySequencer()
+
 func open(t *testing.T, rawURL string) *broker.Broker {
 	t.Helper()
-	b, err := broker.Open(ctxFor(t, 30*time.Second), rawURL, nil)
+	b, err := broker.Open(ctxFor(t, 30*time.Second), rawURL, &broker.Options{Sequencer: testSeq})
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

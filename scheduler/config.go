@@ -58,6 +58,13 @@ type Config struct {
 	Retention time.Duration
 	// PruneEvery is how often Retention is applied. Defaults to 10m.
 	PruneEvery time.Duration
+	// MaxResultBytes bounds a task's result (what a handler returns, or
+	// SetResult): a larger one is refused with a *ResultTooLargeError
+	// naming the limit (from SetResult at once; a returned one
+	// dead-letters the task with reason permanent_error, since running it
+	// again would give the same). Results live in the ledger as long as
+	// the task (Retention). Defaults to DefaultMaxResultBytes (1 MiB).
+	MaxResultBytes int
 	// WorkerID names this worker in attempt records. Defaults to
 	// hostname-pid-random.
 	WorkerID string
@@ -72,6 +79,13 @@ type Config struct {
 	Middleware []Middleware
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// Faults, when set, is called before a Step or Effect calls its
+	// function (that is, only when the ledger says it must run): a non-nil
+	// error is returned from the Step or Effect as if the function had
+	// failed with it, and the function is not called. It is a seam for
+	// tests of handlers (switchyardtest's FailStepOnce and FailEffectOnce);
+	// production code has no reason to set it. Defaults to nil.
+	Faults func(ctx context.Context, p FaultPoint) error
 }
 
 // Middleware wraps a handler.
@@ -107,6 +121,9 @@ func (c *Config) WithDefaults() *Config {
 	}
 	if o.PruneEvery <= 0 {
 		o.PruneEvery = 10 * time.Minute
+	}
+	if o.MaxResultBytes <= 0 {
+		o.MaxResultBytes = DefaultMaxResultBytes
 	}
 	if o.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -216,4 +233,7 @@ type Event struct {
 	Duration time.Duration
 	Reason   broker.Reason // for EventDead
 	Err      error
+
+	// ran: an EventDead ends a handler attempt (for the history counts).
+	ran bool
 }

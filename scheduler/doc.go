@@ -55,6 +55,17 @@
 // A failed read is logged and observed (EventControlFailed) and the last
 // known pauses stay in force.
 //
+// # The fleet
+//
+// With a ledger that implements ledger.Servers, a started scheduler
+// registers itself there (Config.WorkerID, host, pid, lanes, slots and
+// how many are busy, Version, start time), refreshes the record every
+// Config.Heartbeat and removes it when it stops. A record whose heartbeat
+// is older than ledger.ServerGoneAfter heartbeats belongs to a server that
+// died; the schedulers sharing the ledger prune such records after
+// ledger.ServerPruneAfter. A failed registration is logged and retried at
+// the next heartbeat; it never stops the scheduler.
+//
 // # Sandbox replays
 //
 // A delivery carrying HeaderSandbox (or, with a ledger, whose task record

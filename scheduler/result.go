@@ -80,6 +80,7 @@ const (
 	resultUnknown
 	resultAwait
 	resultBudget
+	resultAwaitEvent // AwaitEvent: park until a signal (await.go)
 )
 
 type resultError struct {
@@ -95,7 +96,7 @@ func (e *resultError) Unwrap() error { return e.err }
 
 // ResultClass names how the runtime will treat a handler's error: "" for
 // success, "transient", "permanent", "cancel", "snooze", "unknown_outcome",
-// "await_review" or "budget". Middleware uses it to label outcomes.
+// "await_review", "await_event" or "budget". Middleware uses it to label outcomes.
 func ResultClass(err error) string { return classifyResult(err).class() }
 
 // IsPermanent reports whether err was marked with Permanent or Budget:
@@ -149,6 +150,8 @@ func (o outcome) class() string {
 		return "await_review"
 	case resultBudget:
 		return "budget"
+	case resultAwaitEvent:
+		return "await_event"
 	}
 	return "transient"
 }

@@ -31,6 +31,10 @@ const (
 	// sandbox mode even if a re-publish (an approval after review, say)
 	// dropped HeaderSandbox: a sandbox copy never performs an effect.
 	MetaSandboxOf = "switchyard-sandbox-of"
+	// MetaCacheKey is the metadata key carrying a task's
+	// EnqueueOpts.CacheKey (in headers as "meta-" + MetaCacheKey): tasks
+	// sharing it share a prompt prefix (providerbatch orders batches by it).
+	MetaCacheKey = "switchyard-cache-key"
 )
 
 // opTimeout bounds each broker and ledger call the runtime makes after a
@@ -44,6 +48,10 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 
+	if d.Headers[HeaderAwaitTimeout] != "" {
+		s.awaitTimeout(settle, d) // a wait's timeout: never a handler run (await.go)
+		return
+	}
 	h, known := s.handlers[d.Kind]
 	if !known {
 		s.dead(settle, d, nil, broker.ReasonUnknownKind, fmt.Sprintf("no handler is registered for kind %q", d.Kind), nil)
@@ -54,7 +62,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		return
 	}
 
-	job := &Job{ID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
+	job := &Job{ID: d.ID, Kind: d.Kind, Lane: d.Lane, Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
 		Attempt: d.Attempt, MaxAttempts: s.maxAttempts(d, h), EnqueuedAt: d.EnqueuedAt}
 	if v := d.Headers[HeaderReview]; v != "" {
 		var r Review
@@ -92,7 +100,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		t.run.Store(int64(n)) // the heartbeat renews this run's ledger lease from now on
 	}
 	job.Sandbox = d.Headers[HeaderSandbox] != "" || job.Task != nil && job.Task.Metadata[MetaSandboxOf] != ""
-	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt})
+	s.observe(Event{Type: EventStarted, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt})
 
 	hctx := ctx
 	if h.opts.Timeout > 0 {
@@ -105,7 +113,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		hctx, c = context.WithDeadline(hctx, dl)
 		defer c()
 	}
-	rs := &runState{s: s, task: d.ID, attempt: attempt, sandbox: job.Sandbox}
+	rs := &runState{s: s, task: d.ID, tenant: d.Tenant, attempt: attempt, sandbox: job.Sandbox}
 	hctx = context.WithValue(hctx, runKey{}, rs)
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)
@@ -118,6 +126,16 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	}
 
 	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrCancelled):
+		// Cancelled from outside while it ran (see cancel.go): the ledger
+		// already says cancelled; record the attempt and acknowledge.
+		s.settleCancelled(settle, d, att)
+		return
+	case errors.Is(cause, errLeaseLost) && s.cancelledInLedger(settle, d.ID):
+		// The lease renewal found the task cancelled before its note
+		// came: the same as a cancellation.
+		s.settleCancelled(settle, d, att)
+		return
 	case errors.Is(cause, errLeaseLost):
 		// Another worker may hold the task now: touch nothing but our
 		// record, and give our ledger lease up (if it is still ours) so
@@ -133,7 +151,22 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		if err := s.b.Release(settle, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+		return
+	}
+
+	if out.ok {
+		result = rs.resultOf(result)
+		if err := s.checkResult(d.ID, result); err != nil {
+			out, result = classifyResult(Permanent(err)), nil
+			att.Class, att.Error = out.class(), err.Error()
+		}
+	}
+
+	if !out.ok && s.cancelledInLedger(settle, d.ID) {
+		// Cancelled from outside just before the handler failed (its note
+		// not yet here): a cancellation, not a retry or a dead letter.
+		s.settleCancelled(settle, d, att)
 		return
 	}
 
@@ -141,10 +174,16 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	case out.ok:
 		att.Outcome = "ok"
 		if !s.end(settle, att, ledger.Completed, "completed", "", result, nil, time.Time{}) {
+			s.ackIfCancelled(settle, d, attempt) // cancelled as it finished
 			return
 		}
-		s.acks.ack(settle, d)
-		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
+		if s.acks != nil {
+			s.acks.ack(settle, d)
+		} else {
+			// Not started (RunDelivery): no batching, ack at once.
+			s.settleErr(d, "ack", s.b.Ack(settle, d))
+		}
+		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultCancel:
 		att.Outcome = "cancel"
@@ -153,13 +192,13 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur, Err: out.err})
+		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
 		s.end(settle, att, ledger.Queued, "snoozed", out.err.Error(), nil, nil, time.Time{})
 		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
-		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwait:
 		att.Outcome = "await_review"
@@ -172,7 +211,14 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			return
 		}
 		s.settleErr(d, "ack", s.b.Ack(settle, d))
-		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur})
+		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
+
+	case out.kind == resultAwaitEvent:
+		if s.cfg.Ledger == nil {
+			s.dead(settle, d, &att, broker.ReasonPermanent, "AwaitEvent needs a ledger to park the task", nil)
+			return
+		}
+		s.parkForEvent(settle, d, att, out, dur)
 
 	case out.kind == resultPermanent || errors.Is(out.err, broker.ErrUndecodable):
 		att.Outcome = "permanent"
@@ -205,8 +251,8 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		}
 		msg := out.err.Error()
 		s.end(settle, att, ledger.RetryWait, "retry", msg, nil, &msg, s.cfg.Now().Add(delay))
-		s.settleErr(d, "nack", s.b.Nack(settle, d, delay))
-		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: attempt, Duration: dur, Err: out.err})
+		s.settleErr(d, "nack", s.b.NackWithError(settle, d, delay, out.err))
+		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 	}
 }
 
@@ -265,7 +311,7 @@ func (s *Scheduler) begin(ctx context.Context, d *broker.Delivery) (*ledger.Task
 		case errors.Is(err, ledger.ErrNotFound):
 			// Published without a ledger record (by another tool, or a
 			// client without a ledger): record it now, then run it.
-			t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane),
+			t, _, err = L.Create(ctx, &ledger.Task{ID: d.ID, Tenant: d.Tenant, IdempotencyKey: d.IdempotencyKey, Kind: d.Kind, Lane: d.Lane,
 				OrderingKey: d.OrderingKey, Args: d.Body, MaxAttempts: d.MaxAttempts, RunAt: d.RunAt})
 			if err == nil && t.ID != d.ID {
 				// Its idempotency key belongs to another task: this
@@ -334,6 +380,8 @@ func (s *Scheduler) held(ctx context.Context, d *broker.Delivery, t *ledger.Task
 		s.duplicate(ctx, d, "the task is already "+string(t.State))
 	case ledger.AwaitingReview:
 		s.duplicate(ctx, d, "the task is awaiting review")
+	case ledger.AwaitingEvent:
+		s.duplicate(ctx, d, "the task is awaiting an event")
 	case ledger.Dead:
 		return s.deadAgain(ctx, d, t)
 	case ledger.Running:
@@ -349,7 +397,7 @@ func (s *Scheduler) held(ctx context.Context, d *broker.Delivery, t *ledger.Task
 		}
 		s.cfg.Logger.Debug("switchyard: task running elsewhere; delivery held back", "task", d.ID, "attempt", t.Attempt, "wait", wait)
 		s.settleErr(d, "release", s.b.Release(ctx, d, wait))
-		s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New("running elsewhere")})
+		s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: errors.New("running elsewhere")})
 	default:
 		s.ledgerDown(ctx, d, fmt.Errorf("task %s is %s and cannot start", d.ID, t.State))
 	}
@@ -409,7 +457,7 @@ func refused(err error) bool {
 // refusedByLedger dead-letters a delivery the ledger will never accept
 // (an ID, key or count out of its bounds): asking again would loop.
 func (s *Scheduler) refusedByLedger(ctx context.Context, d *broker.Delivery, err error) {
-	s.cfg.Logger.Warn("switchyard: the ledger refuses the delivery; dead-lettering it", "lane", s.b.LaneOf(d.Lane), "error", err)
+	s.cfg.Logger.Warn("switchyard: the ledger refuses the delivery; dead-lettering it", "lane", d.Lane, "error", err)
 	if errors.Is(err, broker.ErrUndecodable) {
 		// The ID is good, the record's payload does not open: the task
 		// may now be running in the ledger; record it dead, with why.
@@ -419,12 +467,12 @@ func (s *Scheduler) refusedByLedger(ctx context.Context, d *broker.Delivery, err
 	}
 	s.settleErr(d, "dead-letter", s.b.DeadLetter(ctx, d, &broker.DeadLetter{Reason: broker.ReasonUndecodable,
 		Error: "the ledger refuses the task: " + err.Error()}))
-	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: broker.ReasonUndecodable, Err: err})
+	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Reason: broker.ReasonUndecodable, Err: err})
 }
 
 func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why string) {
 	s.settleErr(d, "ack", s.b.Ack(ctx, d))
-	s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: errors.New(why)})
+	s.observe(Event{Type: EventDuplicate, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: errors.New(why)})
 }
 
 // ledgerDown gives a delivery back when the ledger cannot be reached:
@@ -432,7 +480,7 @@ func (s *Scheduler) duplicate(ctx context.Context, d *broker.Delivery, why strin
 func (s *Scheduler) ledgerDown(ctx context.Context, d *broker.Delivery, err error) {
 	s.cfg.Logger.Warn("switchyard: ledger unavailable; task returned for later", "task", d.ID, "error", err)
 	s.settleErr(d, "release", s.b.Release(ctx, d, time.Second))
-	s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Err: err})
+	s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Err: err})
 }
 
 // end records attempt a's outcome and moves the task from running to `to`
@@ -482,7 +530,11 @@ func (s *Scheduler) dead(ctx context.Context, d *broker.Delivery, last *ledger.A
 			_, err = L.Transition(ctx, req)
 		}
 		if errors.Is(err, ledger.ErrConflict) && last != nil {
-			if t, gerr := L.Get(ctx, d.ID); gerr == nil && t.Attempt > last.Number {
+			if t, gerr := L.Get(ctx, d.ID); gerr == nil && t.State == ledger.Cancelled {
+				// Cancelled from outside meanwhile: never a dead letter.
+				s.ackIfCancelled(ctx, d, last.Number)
+				return
+			} else if gerr == nil && t.Attempt > last.Number {
 				// A newer attempt holds the task: leave it to that one.
 				s.cfg.Logger.Warn("switchyard: not dead-lettering a task a newer attempt holds", "task", d.ID, "attempt", last.Number, "newer", t.Attempt)
 				return
@@ -518,7 +570,7 @@ func (s *Scheduler) deadLetter(ctx context.Context, d *broker.Delivery, last *le
 			s.cfg.Logger.Warn("switchyard: recording the dead letter in the ledger failed", "task", d.ID, "error", err)
 		}
 	}
-	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt, Reason: reason, Err: errors.New(msg)})
+	s.observe(Event{Type: EventDead, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt, Reason: reason, Err: errors.New(msg), ran: last != nil})
 }
 
 // settleErr logs a failed ack/nack/dead-letter: the broker will redeliver
@@ -526,5 +578,6 @@ func (s *Scheduler) deadLetter(ctx context.Context, d *broker.Delivery, last *le
 func (s *Scheduler) settleErr(d *broker.Delivery, op string, err error) {
 	if err != nil {
 		s.cfg.Logger.Warn("switchyard: settling a task failed; it will be redelivered after its lease", "op", op, "task", d.ID, "error", err)
+		s.b.Forget(d)
 	}
 }

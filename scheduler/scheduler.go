@@ -42,6 +42,7 @@ type Scheduler struct {
 	stopOnce  sync.Once
 	stopped   chan struct{}
 	acks      *acker
+	hist      history // per-lane, per-minute counts for ledger.History (history.go)
 }
 
 type handlerEntry struct {
@@ -127,6 +128,11 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.Ledger != nil {
+		// Ordering keys on a broker without native ordering follow the
+		// ledger's sequencer, shared by every process of the ledger.
+		b.AdoptSequencer(ledger.SequencerOf(c.Ledger))
+	}
 	s := &Scheduler{
 		b: b, cfg: c, policy: p,
 		handlers: map[string]handlerEntry{},
@@ -192,6 +198,14 @@ func (s *Scheduler) Start(ctx context.Context) error {
 			s.cfg.Logger.Warn("switchyard: reading lane pauses from the ledger failed; polling again every ControlInterval", "error", err)
 		}
 	}
+	// Listening for cancellations before any task starts (cancel.go).
+	cw := s.listenCancels(ctx)
+	started := false
+	defer func() {
+		if !started {
+			cw.stop()
+		}
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.started {
@@ -224,10 +238,17 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		s.loopWG.Add(1)
 		go s.controls(lc)
 	}
+	if cw != nil {
+		s.loopWG.Add(1)
+		go s.watchCancels(cw) // cancel.go
+	}
+	started = true
 	if s.cfg.Ledger != nil && s.cfg.Retention > 0 {
 		s.loopWG.Add(1)
 		go s.prune()
 	}
+	s.loopWG.Add(1)
+	go s.register(ledger.ServersOf(s.cfg.Ledger), s.cfg.Now()) // servers.go
 	return nil
 }
 
@@ -272,6 +293,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	ctx := s.fetchCtx
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
+	var pacer receivePacer // see pace.go
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -287,7 +309,17 @@ func (s *Scheduler) fetch(l *laneState) {
 			}
 			continue
 		}
+		if d := pacer.pause(room); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
 		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
+		pacer.received(time.Now(), len(ds), room, err)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -456,11 +488,11 @@ func (s *Scheduler) extendBroker(ctx context.Context, held []*task) {
 		case !t.leaseUntil.IsZero() && time.Now().After(t.leaseUntil):
 			// Extensions kept failing until the lease ran out: another
 			// worker may hold the task now. Stop rather than run on.
-			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", s.b.LaneOf(t.d.Lane), "error", err)
+			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
 			s.leaseLost(t)
 		default:
-			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: s.b.LaneOf(t.d.Lane), Attempt: t.d.Attempt, Err: err})
-			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", s.b.LaneOf(t.d.Lane), "error", err)
+			s.observe(Event{Type: EventExtendFail, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt, Err: err})
+			s.cfg.Logger.Warn("switchyard: lease extension failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
 		}
 	}
 }
@@ -512,6 +544,10 @@ func (s *Scheduler) renewLedger(ctx context.Context, running []*task) {
 			if t.run.Load() == 0 {
 				continue // the handler returned meanwhile and its run ended
 			}
+			if s.cancelledInLedger(ctx, t.d.ID) {
+				s.cancelRunning(t.d.ID) // its cancel note was missed (cancel.go)
+				continue
+			}
 			s.cfg.Logger.Warn("switchyard: the ledger says another attempt or an operator holds the task; stopping", "task", t.d.ID, "attempt", leases[i].Attempt)
 			t.run.Store(0)
 			s.leaseLost(t)
@@ -559,13 +595,21 @@ func (s *Scheduler) leaseLost(t *task) {
 		}
 	}
 	s.mu.Unlock()
-	s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: s.b.LaneOf(t.d.Lane), Attempt: t.d.Attempt})
+	s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
 	if running && t.cancel != nil {
 		t.cancel(errLeaseLost)
 	}
 }
 
 func (s *Scheduler) observe(e Event) {
+	switch e.Type {
+	case EventSucceeded:
+		s.hist.count(s.cfg.Now(), e.Lane, true, false, false)
+	case EventRetried:
+		s.hist.count(s.cfg.Now(), e.Lane, true, true, false)
+	case EventDead:
+		s.hist.count(s.cfg.Now(), e.Lane, e.ran, e.ran, true)
+	}
 	if s.cfg.Observer != nil {
 		s.cfg.Observer(e)
 	}
@@ -665,6 +709,6 @@ func (s *Scheduler) returnUnstarted(ds []*broker.Delivery) {
 		if err := s.b.Release(ctx, d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an unstarted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: s.b.LaneOf(d.Lane), Attempt: d.Attempt})
+		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
 	}
 }

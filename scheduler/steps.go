@@ -16,11 +16,16 @@ type runKey struct{}
 type runState struct {
 	s       *Scheduler
 	task    string
+	tenant  string
 	attempt int
 	sandbox bool // Job.Sandbox: effects are recorded, not performed
 
 	mu       sync.Mutex
 	inflight map[string]chan struct{} // effect keys this run is performing now
+
+	// result and hasResult: the last SetResult (results.go).
+	result    []byte
+	hasResult bool
 }
 
 // claimKey marks an effect key as being performed by this run, waiting
@@ -95,6 +100,9 @@ func Step(ctx context.Context, name string, fn func(ctx context.Context) ([]byte
 	}
 	L := rs.s.cfg.Ledger
 	if L == nil {
+		if err := rs.fault(ctx, name, ""); err != nil {
+			return nil, err
+		}
 		return fn(ctx)
 	}
 	out, ok, err := L.GetStep(ctx, rs.task, name)
@@ -103,6 +111,9 @@ func Step(ctx context.Context, name string, fn func(ctx context.Context) ([]byte
 	}
 	if ok {
 		return out, nil
+	}
+	if err := rs.fault(ctx, name, ""); err != nil {
+		return nil, err
 	}
 	out, err = fn(ctx)
 	if err != nil {
@@ -153,6 +164,9 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 	}
 	L := rs.s.cfg.Ledger
 	if L == nil {
+		if err := rs.fault(ctx, "", key); err != nil {
+			return nil, err
+		}
 		return do(ctx)
 	}
 	// Two calls of one run with the same key: the second waits for the
@@ -213,7 +227,10 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 			}
 		}
 	}
-	result, err := do(ctx)
+	var result []byte
+	if err = rs.fault(ctx, "", key); err == nil {
+		result, err = do(ctx)
+	}
 	if err != nil {
 		// Known not done only when the error says so plainly. A cancelled
 		// or expired context (a timeout, a lost lease, a shutdown) may have
@@ -234,6 +251,24 @@ func Effect(ctx context.Context, key string, do func(ctx context.Context) ([]byt
 		return nil, UnknownOutcome(fmt.Errorf("effect %s: recording confirmation: %w", key, err))
 	}
 	return result, nil
+}
+
+// FaultPoint is a Step or Effect about to call its function: what
+// Config.Faults sees.
+type FaultPoint struct {
+	TaskID  string
+	Attempt int
+	Step    string // the step's name; "" for an effect
+	Effect  string // the effect's key; "" for a step
+}
+
+// fault asks Config.Faults whether this step or effect should fail instead
+// of calling its function.
+func (rs *runState) fault(ctx context.Context, step, effect string) error {
+	if rs.s.cfg.Faults == nil {
+		return nil
+	}
+	return rs.s.cfg.Faults(ctx, FaultPoint{TaskID: rs.task, Attempt: rs.attempt, Step: step, Effect: effect})
 }
 
 // sandboxEffect records key as would_do instead of performing it.

@@ -1,6 +1,7 @@
 package telemetry_test
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"regexp"
@@ -9,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/switchyard-dev/switchyard/lanes"
+	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/telemetry"
 )
 
@@ -43,6 +45,15 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	b := openBroker(t)
 	tel, err := telemetry.New(&telemetry.Config{Broker: b, Lanes: lanes.Defaults()})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// And the outbox gauges, with a ledger that has an outbox.
+	L, err := sqlite.Open(context.Background(), sqlite.Memory, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer L.Close()
+	if err := tel.WatchOutbox(L); err != nil {
 		t.Fatal(err)
 	}
 	fams, err := tel.Registry().Gather()

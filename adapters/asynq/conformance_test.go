@@ -12,6 +12,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/redisproc"
 )
 
 // TestConformance runs the whole suite against the machine's Redis, each
@@ -23,11 +24,11 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, func(t *testing.T) *conformance.Harness {
 		ns := conformance.Namespace(t)
 		if strings.HasSuffix(t.Name(), "/Outage") {
-			p := startPrivateRedis(t)
+			p := redisproc.Start(t, "everysec")
 			return &conformance.Harness{
-				URL:       p.url("namespace=" + ns),
-				InjectRaw: injector(p.addr(), ns),
-				Disrupt:   p.disrupt,
+				URL:       p.URL("redis", "namespace="+ns),
+				InjectRaw: injector(p.Addr(), ns),
+				Disrupt:   p.Disrupt,
 			}
 		}
 		return &conformance.Harness{
@@ -111,4 +112,27 @@ func TestChaos(t *testing.T) {
 	ns := conformance.Namespace(t)
 	t.Cleanup(func() { cleanupNamespace(addr, ns) })
 	conformance.TestChaos(t, &conformance.Harness{URL: "redis://" + addr + "/0?namespace=" + ns}, conformance.ChaosOptions{Tasks: 2000})
+}
+
+// TestOrderingFleet: ordering by key across two publisher and three
+// consumer processes, 50 keys x 40 tasks, one consumer SIGKILLed mid-run
+// (contract point 8), with the ledger and without it.
+//
+//	go test ./adapters/asynq/ -run TestOrderingFleet -v
+func TestOrderingFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet ordering case starts five processes; -short skips it")
+	}
+	for _, noLedger := range []bool{false, true} {
+		name := "ledger"
+		if noLedger {
+			name = "no-ledger"
+		}
+		t.Run(name, func(t *testing.T) {
+			addr := testenv.Redis.Endpoint(t)
+			ns := conformance.Namespace(t)
+			t.Cleanup(func() { cleanupNamespace(addr, ns) })
+			conformance.TestOrderingFleet(t, &conformance.Harness{URL: "redis://" + addr + "/0?namespace=" + ns}, conformance.FleetOptions{NoLedger: noLedger})
+		})
+	}
 }

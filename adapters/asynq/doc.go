@@ -72,6 +72,24 @@
 // (Inspector.PauseQueue). Switchyard's tasks in every state are counted and
 // listed by asynq's Inspector, and an asynq Server can process them.
 //
+// A retry keeps the failed attempt's error (broker.NackErrorer, which the
+// scheduler uses for every retry) as the task's ErrorMsg, as asynq's own
+// retries do: Inspector and asynqmon show it as LastErr.
+//
+// A running Switchyard scheduler writes asynq's own server record
+// (broker.ServerAnnouncer: asynq:servers and asynq:servers:{host:pid:id},
+// the protobuf ServerInfo asynq's heartbeat writes) every heartbeat, with
+// a TTL of three heartbeats, and deletes it when it stops: asynq's
+// Inspector.Servers and asynqmon's Servers tab list it with its host, pid,
+// concurrency (slots), status "active", start time and queues (every queue
+// at priority 1: the lane policy has no asynq equivalent). It also writes
+// the per-task worker records (asynq:workers and the hash
+// asynq:workers:{host:pid:id}, one protobuf WorkerInfo per running task,
+// replaced as a whole every heartbeat with the same TTL), so asynqmon
+// shows the tasks it runs as active workers: task ID, type, queue, start
+// time and the task's deadline (none when it has none); never the
+// payload. A task shows up, and goes, within one heartbeat.
+//
 // Switchyard's own keys (asynq:{q}:sy:*: ordering locks, dedup claims,
 // dead-letter read leases) are not known to asynq: Inspector.DeleteQueue
 // leaves them, and the dedup claims expire with dedup_window.

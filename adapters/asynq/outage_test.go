@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/redisproc"
 )
 
 // TestOutage_Unresponsive: a Redis that accepts connections but never
 // answers (SIGSTOP) makes every call fail within its context deadline with
 // a non-permanent error, and work resumes when it answers again.
 func TestOutage_Unresponsive(t *testing.T) {
-	p := startPrivateRedis(t)
+	p := redisproc.Start(t, "everysec")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := broker.Open(ctx, p.url("namespace=frozen&read_timeout=2s&write_timeout=2s"), nil)
+	b, err := broker.Open(ctx, p.URL("redis", "namespace=frozen&read_timeout=2s&write_timeout=2s"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,10 +29,10 @@ func TestOutage_Unresponsive(t *testing.T) {
 	if err != nil || len(ds) != 1 {
 		t.Fatalf("receive: %d, %v", len(ds), err)
 	}
-	if err := p.freeze(); err != nil {
+	if err := p.Freeze(); err != nil {
 		t.Fatal(err)
 	}
-	defer p.thaw()
+	defer p.Thaw()
 	calls := map[string]func(context.Context) error{
 		"publish": func(c context.Context) error {
 			_, err := b.PublishOne(c, &broker.Message{Lane: "batch", Kind: "k", Body: []byte("during")})
@@ -63,7 +64,7 @@ func TestOutage_Unresponsive(t *testing.T) {
 			t.Errorf("%s took %s with a 700ms deadline", name, el)
 		}
 	}
-	if err := p.thaw(); err != nil {
+	if err := p.Thaw(); err != nil {
 		t.Fatal(err)
 	}
 	// Work resumes. The ack sent during the freeze may have run once Redis

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/redisproc"
 )
 
 // TestRestart_NothingLost restarts a private, AOF-persistent redis-server
@@ -24,17 +25,17 @@ func TestRestart_NothingLost(t *testing.T) {
 		{"sigkill-always", "always", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := startPrivateRedisFsync(t, tc.fsync)
+			p := redisproc.Start(t, tc.fsync)
 			runRestart(t, p, tc.crash)
 		})
 	}
 }
 
-func runRestart(t *testing.T, p *privateRedis, crash bool) {
+func runRestart(t *testing.T, p *redisproc.Server, crash bool) {
 	const total, batch = 2000, 50
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	b, err := broker.Open(ctx, p.url("namespace=restart"), nil)
+	b, err := broker.Open(ctx, p.URL("redis", "namespace=restart"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,14 +120,14 @@ func runRestart(t *testing.T, p *privateRedis, crash bool) {
 		t.Fatal("producer never reached the middle of the run")
 	}
 	if crash {
-		if err := p.kill(); err != nil {
+		if err := p.Kill(); err != nil {
 			t.Fatal(err)
 		}
-	} else if err := p.stop(); err != nil {
+	} else if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	if err := p.start(ctx); err != nil {
+	if err := p.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -12,6 +12,7 @@ import (
 
 	asynqadapter "github.com/switchyard-dev/switchyard/adapters/asynq"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/redisproc"
 )
 
 func TestParseURL(t *testing.T) {
@@ -107,16 +108,16 @@ func TestParseURL_Errors(t *testing.T) {
 // bounded time. It sets a password on a private redis-server.
 func TestOpen_Credentials(t *testing.T) {
 	t.Parallel()
-	p := startPrivateRedis(t)
+	p := redisproc.Start(t, "everysec")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	c := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	if err := c.ConfigSet(ctx, "requirepass", "c0rrect-pa55").Err(); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
 
-	b, err := broker.Open(ctx, "redis://:c0rrect-pa55@"+p.addr()+"/2", nil)
+	b, err := broker.Open(ctx, "redis://:c0rrect-pa55@"+p.Addr()+"/2", nil)
 	if err != nil {
 		t.Fatalf("open with the right password: %v", err)
 	}
@@ -125,7 +126,7 @@ func TestOpen_Credentials(t *testing.T) {
 	}
 	b.Close()
 
-	for _, raw := range []string{"redis://:wr0ng-pa55@" + p.addr() + "/0", "redis://" + p.addr() + "/0"} {
+	for _, raw := range []string{"redis://:wr0ng-pa55@" + p.Addr() + "/0", "redis://" + p.Addr() + "/0"} {
 		_, err = broker.Open(ctx, raw, nil)
 		if err == nil {
 			t.Fatal("open with a wrong or missing password succeeded")

@@ -14,7 +14,9 @@
 // default_max_attempts (25, for messages published with MaxAttempts 0),
 // poll (25ms: how often a waiting receive looks for messages from other
 // processes or becoming due; publishes in the same process wake it at
-// once), sync_full (false), reduced (false; see below). Unknown parameters
+// once), sync_full (false), reduced (false; see below), create (true;
+// false refuses to create a missing file: "no such database: PATH", as
+// the operator commands open it). Unknown parameters
 // are errors. A file path holding ?, #, % or NUL (after URL unescaping) is
 // refused with ErrInvalid: SQLite's URI form would read it as another file.
 //

@@ -21,7 +21,7 @@ func TestOpen_FileModes(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "state")
 	path := filepath.Join(dir, "q.db")
-	d, err := embedded.Open(ctx, embedded.Config{Path: path})
+	d, err := embedded.OpenConfig(ctx, &embedded.Config{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestOpen_FileModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	d, err = embedded.Open(ctx, embedded.Config{Path: path, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	d, err = embedded.OpenConfig(ctx, &embedded.Config{Path: path, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,3 +103,25 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() { cleanupURL(rawURL) })
 	conformance.TestChaos(t, &conformance.Harness{URL: rawURL}, conformance.ChaosOptions{Tasks: 2000, Timeout: 5 * time.Minute})
 }
+
+// TestOrderingFleet: ordering by key across two publisher and three
+// consumer processes, 50 keys x 40 tasks, one consumer SIGKILLed mid-run
+// (contract point 8), with the ledger and without it.
+//
+//	go test ./adapters/nats/ -run TestOrderingFleet -v
+func TestOrderingFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet ordering case starts five processes; -short skips it")
+	}
+	for _, noLedger := range []bool{false, true} {
+		name := "ledger"
+		if noLedger {
+			name = "no-ledger"
+		}
+		t.Run(name, func(t *testing.T) {
+			rawURL := strings.TrimSuffix(sharedEndpoint(t), "/") + "/?namespace=" + conformance.Namespace(t) + "&" + conformanceLease
+			t.Cleanup(func() { cleanupURL(rawURL) })
+			conformance.TestOrderingFleet(t, &conformance.Harness{URL: rawURL}, conformance.FleetOptions{NoLedger: noLedger})
+		})
+	}
+}

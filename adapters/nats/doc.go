@@ -107,7 +107,8 @@
 //     ledger covers longer horizons. A duplicate reports the first
 //     message's ID while that message is still stored.
 //   - Ordering: not native (Capabilities.Ordering false); Broker's
-//     sequencer serialises ordering keys.
+//     sequencer — the ledger's, shared by every process — serialises
+//     ordering keys (without one, keyed publishes are refused).
 //   - MaxMessageSize is the server's max_payload less 64 KiB for headers.
 //   - Stats: Ready is the consumer's NumPending, InFlight its NumAckPending,
 //     Delayed the messages on the delayed subject, DeadLettered the messages

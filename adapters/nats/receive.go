@@ -184,24 +184,31 @@ func (d *Driver) toDelivery(ctx context.Context, lc *laneConsumer, m jetstream.M
 	h.mu.Lock()
 	deadline := h.setLease(sent, sent.Add(lease))
 	h.mu.Unlock()
-	hdr := m.Headers()
+	dv := d.deadDelivery(lc.lane, m.Data(), m.Headers(), h.seq, md.Timestamp)
+	dv.LeaseDeadline, dv.Handle = deadline, h
+	return dv
+}
+
+// deadDelivery decodes a message of the dead-letter stream (its data,
+// headers, stream sequence and time) into a delivery without a handle.
+func (d *Driver) deadDelivery(lane string, data []byte, hdr natsgo.Header, seq uint64, at time.Time) *broker.Delivery {
 	dl, err := broker.DecodeDeadLetter([]byte(hdr.Get(headerDeadLetter)))
 	if err != nil || dl.Reason == "" {
-		dl = &broker.DeadLetter{Reason: broker.ReasonDeliveryLimit, Error: "dead-letter record missing or unreadable", At: md.Timestamp}
+		dl = &broker.DeadLetter{Reason: broker.ReasonDeliveryLimit, Error: "dead-letter record missing or unreadable", At: at}
 	}
-	env, err := broker.DecodeEnvelope(m.Data())
+	env, err := broker.DecodeEnvelope(data)
 	if err != nil {
-		env = &broker.Message{ID: hdr.Get(headerID), Body: append([]byte(nil), m.Data()...)}
+		env = &broker.Message{ID: hdr.Get(headerID), Body: append([]byte(nil), data...)}
 		if env.ID == "" {
-			env.ID = "nats-" + d.names.dlq + "-" + strconv.FormatUint(h.seq, 10)
+			env.ID = "nats-" + d.names.dlq + "-" + strconv.FormatUint(seq, 10)
 		}
 	}
-	env.Lane = lc.lane
+	env.Lane = lane
 	attempt, aerr := strconv.Atoi(hdr.Get(headerAttempt))
 	if aerr != nil || attempt < 0 {
 		attempt = 0 // absent, or set by another publisher: unknown
 	}
-	return &broker.Delivery{Message: *env, Attempt: attempt, LeaseDeadline: deadline, DeadLetter: dl, Handle: h}
+	return &broker.Delivery{Message: *env, Attempt: attempt, DeadLetter: dl}
 }
 
 // deadLetterUndecodable moves a live message that is not an envelope to the

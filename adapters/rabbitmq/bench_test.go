@@ -2,17 +2,12 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
-	"github.com/ThreeDotsLabs/watermill/message"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/switchyard-dev/switchyard/broker"
@@ -39,27 +34,25 @@ func benchN() int {
 }
 
 // BenchmarkThroughput runs, in one process and one run, Switchyard on
-// RabbitMQ (through broker.Broker), a raw amqp091-go loop and the same
-// workload through watermill-amqp as a peer, alternating, and reports the
-// median msgs/s of each, Switchyard/raw ("ratio") and Switchyard/watermill
-// ("ratio_vs_watermill").
+// RabbitMQ (through broker.Broker) and a raw amqp091-go loop, alternating,
+// and reports the median msgs/s of each and Switchyard/raw ("ratio"). The
+// same workload through watermill-amqp, the peer, is in the bench/peers
+// module (BenchmarkRabbitMQ), so that watermill stays out of the library's
+// dependencies.
 //
 //	go test ./adapters/rabbitmq/ -run '^$' -bench Throughput -benchtime 3x
 func BenchmarkThroughput(b *testing.B) {
 	ep := testenv.RabbitMQ.Endpoint(b)
 	n := benchN()
-	var raw, sy, wm []float64
+	var raw, sy []float64
 	for i := 0; i < b.N; i++ {
 		raw = append(raw, benchRaw(b, ep, n))
 		sy = append(sy, benchSwitchyard(b, n))
-		wm = append(wm, benchWatermill(b, ep, n))
 	}
-	r, s, w := median(raw), median(sy), median(wm)
+	r, s := median(raw), median(sy)
 	b.ReportMetric(r, "raw_msgs/s")
 	b.ReportMetric(s, "switchyard_msgs/s")
-	b.ReportMetric(w, "watermill_msgs/s")
 	b.ReportMetric(s/r, "ratio")
-	b.ReportMetric(s/w, "ratio_vs_watermill")
 }
 
 func median(xs []float64) float64 {
@@ -214,120 +207,6 @@ func benchSwitchyard(b *testing.B, n int) float64 {
 		}
 	}
 	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	return float64(n) / el.Seconds()
-}
-
-// benchWatermillTimeout bounds one watermill pass so a stall fails the
-// benchmark instead of hanging it.
-const benchWatermillTimeout = 2 * time.Minute
-
-// benchWatermill is the same workload through watermill-amqp v3, configured
-// as close to the other sides as its Config allows: one shared connection,
-// a durable queue declared with x-queue-type=quorum on the default
-// exchange, persistent delivery (DefaultMarshaler), publisher confirms
-// (Publish.ConfirmDelivery), prefetch 100 (Consume.Qos) and manual acks
-// through msg.Ack().
-//
-// Differences it imposes: Publish waits for each message's confirm before
-// publishing the next on that channel (a window of 1 per channel), so the
-// window of 100 is reproduced with a pool of 100 confirm channels and 100
-// publishing goroutines (at most 100 unconfirmed, as on the other sides,
-// but spread over 100 channels instead of one); and its subscriber hands
-// one message at a time to the handler and waits for its Ack before taking
-// the next delivery (prefetch 100 still applies on the wire). Each
-// message also carries watermill's UUID header.
-func benchWatermill(b *testing.B, ep string, n int) float64 {
-	logger := watermill.NopLogger{}
-	q := "switchyard.bench-wm-" + randHex(4)
-	cfg := wmamqp.NewDurableQueueConfig(ep)
-	cfg.Queue.Arguments = amqp.Table{amqp.QueueTypeArg: amqp.QueueTypeQuorum}
-	cfg.Publish.ConfirmDelivery = true
-	cfg.Publish.ChannelPoolSize = benchWindow
-	cfg.Consume.Qos.PrefetchCount = benchWindow
-	conn, err := wmamqp.NewConnection(cfg.Connection, logger)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	defer func() {
-		if ch, err := conn.Connection().Channel(); err == nil {
-			_, _ = ch.QueueDelete(q, false, false, false)
-			_ = ch.Close()
-		}
-	}()
-	pub, err := wmamqp.NewPublisherWithConnection(cfg, logger, conn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = pub.Close() }()
-	sub, err := wmamqp.NewSubscriberWithConnection(cfg, logger, conn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = sub.Close() }()
-	ctx, cancel := context.WithTimeout(context.Background(), benchWatermillTimeout)
-	defer cancel()
-	// Subscribe declares the queue and starts the consumer, outside the
-	// measurement (as Consume is on the raw side).
-	in, err := sub.Subscribe(ctx, q)
-	if err != nil {
-		b.Fatal(err)
-	}
-	body := make([]byte, benchBody)
-	msgs := make([]*message.Message, n)
-	for i := range msgs {
-		msgs[i] = message.NewMessage(watermill.NewUUID(), body)
-	}
-	done := make(chan error, 1)
-	b.ResetTimer()
-	start := time.Now()
-	go func() {
-		got := 0
-		for got < n {
-			select {
-			case m, ok := <-in:
-				if !ok {
-					done <- errors.New("watermill: subscription closed early")
-					return
-				}
-				m.Ack()
-				got++
-			case <-ctx.Done():
-				done <- ctx.Err()
-				return
-			}
-		}
-		done <- nil
-	}()
-	var next atomic.Int64
-	var pubErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for w := 0; w < benchWindow; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || pubErr.Load() != nil {
-					return
-				}
-				if err := pub.Publish(q, msgs[i]); err != nil {
-					pubErr.CompareAndSwap(nil, &err)
-					cancel()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if p := pubErr.Load(); p != nil {
-		b.Fatal(*p)
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
 	el := time.Since(start)
 	b.StopTimer()
 	return float64(n) / el.Seconds()

@@ -52,6 +52,14 @@ type config struct {
 	maxMessageSize int
 	connName       string
 	redacted       string
+	tlsParams      tlsParams // as given, for ParseURL
+}
+
+// tlsParams are the URL's TLS parameters as given.
+type tlsParams struct {
+	on                                    bool
+	serverName, caFile, certFile, keyFile string
+	insecure                              bool
 }
 
 // parseURL reads a rabbitmq:// or amqps:// URL. Errors are ErrInvalid and
@@ -142,6 +150,7 @@ func parseURL(u *url.URL) (*config, error) {
 	if err := q.Finish(); err != nil {
 		return nil, err
 	}
+	c.tlsParams = tlsParams{on: useTLS, serverName: serverName, caFile: caFile, certFile: certFile, keyFile: keyFile, insecure: insecure}
 	if useTLS {
 		tc := &tls.Config{ServerName: serverName, InsecureSkipVerify: insecure, MinVersion: tls.VersionTLS12}
 		if tc.ServerName == "" {

@@ -77,3 +77,25 @@ func TestChaos(t *testing.T) {
 	t.Cleanup(func() { cleanupNamespace(u, conformanceLanes...) })
 	conformance.TestChaos(t, &conformance.Harness{URL: u}, conformance.ChaosOptions{Tasks: 3000, Timeout: 5 * time.Minute})
 }
+
+// TestOrderingFleet: ordering by key across two publisher and three
+// consumer processes, 50 keys x 40 tasks, one consumer SIGKILLed mid-run
+// (contract point 8), with the ledger and without it.
+//
+//	go test ./adapters/rabbitmq/ -run TestOrderingFleet -v
+func TestOrderingFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet ordering case starts five processes; -short skips it")
+	}
+	for _, noLedger := range []bool{false, true} {
+		name := "ledger"
+		if noLedger {
+			name = "no-ledger"
+		}
+		t.Run(name, func(t *testing.T) {
+			u := testURL(t, conformance.Namespace(t), "", "", nil)
+			t.Cleanup(func() { cleanupNamespace(u, conformanceLanes...) })
+			conformance.TestOrderingFleet(t, &conformance.Harness{URL: u}, conformance.FleetOptions{NoLedger: noLedger})
+		})
+	}
+}

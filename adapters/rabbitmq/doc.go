@@ -81,6 +81,12 @@
 // the body. A body that does not decode is dead-lettered by Receive with
 // ReasonUndecodable and never returned.
 //
+// A nack republishes the message (with its attempts so far in AMQP header
+// switchyard-prior-attempts); a nack that carries the failed attempt's
+// error (broker.NackErrorer, which the scheduler uses for every retry)
+// also sets AMQP header switchyard-last-error, so the management UI's "Get
+// messages" shows why the task is retrying.
+//
 // Receive consumes with manual acks. A consumer tag is started with the
 // prefetch the waiting Receive needs (its Max, at most prefetch), so a
 // process takes from the queue only what it asked for; when a caller holds

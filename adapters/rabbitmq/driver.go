@@ -20,7 +20,8 @@ func init() {
 }
 
 // Driver is the RabbitMQ implementation of broker.Driver. Open it through
-// broker.Open or broker.OpenDriver with a rabbitmq:// or amqps:// URL.
+// broker.Open or broker.OpenDriver with a rabbitmq:// or amqps:// URL, or
+// with Open or OpenConfig.
 type Driver struct {
 	cfg  *config
 	log  *slog.Logger
@@ -41,11 +42,7 @@ type Driver struct {
 var _ broker.Driver = (*Driver)(nil)
 
 func open(ctx context.Context, u *url.URL) (broker.Driver, error) {
-	cfg, err := parseURL(u)
-	if err != nil {
-		return nil, err
-	}
-	return openConfig(ctx, cfg, nil)
+	return Open(ctx, u)
 }
 
 // openConfig connects with a parsed configuration. log may be nil

@@ -176,6 +176,18 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 // republishing keeps the count for deliveries nobody settled (crashes,
 // expired leases). A dead-letter queue's delivery is requeued natively.
 func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Duration) error {
+	return d.nack(ctx, dv, delay, "")
+}
+
+// NackWithError is Nack that also sets AMQP header switchyard-last-error
+// on the copy it republishes (broker.NackErrorer), so RabbitMQ's
+// management UI ("Get messages") and any AMQP tool show why the last
+// attempt failed. A dead-letter delivery is returned as by Nack.
+func (d *Driver) NackWithError(ctx context.Context, dv *broker.Delivery, delay time.Duration, errText string) error {
+	return d.nack(ctx, dv, delay, errText)
+}
+
+func (d *Driver) nack(ctx context.Context, dv *broker.Delivery, delay time.Duration, errText string) error {
 	const op = "rabbitmq: nack"
 	if d.closed.Load() {
 		return broker.ClosedError(op)
@@ -190,6 +202,9 @@ func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 	return settle(op, l, func() error {
 		h := copyHeaders(l.raw.Headers)
 		h[hdrPrior] = int64(l.attempt)
+		if errText != "" {
+			h[hdrLastError] = errText
+		}
 		pub := republishing(l.raw, h)
 		q, err := d.route(ctx, op, l.c.lane, delay, &pub)
 		if err != nil {

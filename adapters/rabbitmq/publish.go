@@ -24,6 +24,9 @@ const (
 	hdrDeadLetter = "switchyard-dead-letter"
 	// hdrAttempt is the attempt a message had when it was dead-lettered.
 	hdrAttempt = "switchyard-attempt"
+	// hdrLastError is the error of the attempt that failed before this
+	// copy was published (Driver.NackWithError).
+	hdrLastError = "switchyard-last-error"
 	// hdrDeliveryCount is set by quorum queues on redeliveries.
 	hdrDeliveryCount = "x-delivery-count"
 

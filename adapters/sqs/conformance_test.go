@@ -12,6 +12,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/faultproxy"
 )
 
 // maker builds a conformance harness on the emulator (or any SQS endpoint
@@ -29,11 +30,11 @@ func maker(fifo bool) conformance.HarnessMaker {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newFaultProxy(t, target)
-			endpoint = "http://" + p.addr
+			p := faultproxy.New(t, target)
+			endpoint = "http://" + p.Addr
 			h.Disrupt = func(ctx context.Context) (func(context.Context) error, error) {
-				p.down()
-				return p.up, nil
+				p.Down()
+				return p.Up, nil
 			}
 		}
 		h.URL = testURL(endpoint, ns, fifo, "")
@@ -87,4 +88,36 @@ func TestChaos(t *testing.T) {
 	}
 	t.Run("standard", func(t *testing.T) { conformance.TestChaos(t, maker(false)(t), conformance.ChaosOptions{}) })
 	t.Run("fifo", func(t *testing.T) { conformance.TestChaos(t, maker(true)(t), conformance.ChaosOptions{}) })
+}
+
+// TestOrderingFleet: ordering by key across two publisher and three
+// consumer processes, 50 keys x 40 tasks, one consumer SIGKILLed mid-run
+// (contract point 8), with the ledger and without it.
+//
+//	go test ./adapters/sqs/ -run TestOrderingFleet -v
+func TestOrderingFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fleet ordering case starts five processes; -short skips it")
+	}
+	for _, noLedger := range []bool{false, true} {
+		name := "ledger"
+		if noLedger {
+			name = "no-ledger"
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, fifo := range []bool{false, true} {
+				kind := "standard"
+				if fifo {
+					kind = "fifo"
+				}
+				t.Run(kind, func(t *testing.T) {
+					h := maker(fifo)(t)
+					if h.Cleanup != nil {
+						t.Cleanup(h.Cleanup)
+					}
+					conformance.TestOrderingFleet(t, h, conformance.FleetOptions{NoLedger: noLedger})
+				})
+			}
+		})
+	}
 }

@@ -93,11 +93,14 @@
 // message with a future RunAt goes to the lane's standard delay queue
 // with DelaySeconds, and every consumer of the lane runs a mover that
 // long-polls it and moves due messages into the FIFO queue (send, then
-// delete; a crash in between is deduplicated by SQS). A delayed FIFO
-// message joins its ordering group when it is moved. As a safety net, any
-// live message received before its RunAt (clock skew, a clamped delay) is
-// deferred by setting its visibility to the time left; that receive is
-// not counted as an attempt (judged by ApproximateFirstReceiveTimestamp).
+// delete; a crash in between is deduplicated by SQS). A mover that fails
+// backs off from one second to one minute and warns in Config.Logger
+// (with the error, at most once a minute, and once when it recovers).
+// A delayed FIFO message joins its ordering group when it is moved. As a
+// safety net, any live message received before its RunAt (clock skew, a
+// clamped delay) is deferred by setting its visibility to the time left;
+// that receive is not counted as an attempt (judged by
+// ApproximateFirstReceiveTimestamp).
 //
 // FIFO ordering and deduplication: OrderingKey is the MessageGroupId. A
 // message without an ordering key gets a group of its own (its ID), so

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -56,6 +57,7 @@ type Driver struct {
 	bg     context.Context // cancelled by Close; background movers
 	stopBg context.CancelFunc
 	wg     sync.WaitGroup
+	log    *slog.Logger
 }
 
 var _ broker.Driver = (*Driver)(nil)
@@ -131,7 +133,10 @@ func OpenConfig(ctx context.Context, cfg *Config) (*Driver, error) {
 }
 
 func newDriver(cfg *Config, client *awssqs.Client) *Driver {
-	d := &Driver{cfg: cfg, client: client, lanes: map[string]*laneQueues{}}
+	d := &Driver{cfg: cfg, client: client, lanes: map[string]*laneQueues{}, log: cfg.Logger}
+	if d.log == nil {
+		d.log = slog.Default()
+	}
 	d.bg, d.stopBg = context.WithCancel(context.Background())
 	d.caps = broker.Capabilities{
 		MaxDelay:          maxDelaySQS,

@@ -18,6 +18,7 @@ type handle struct {
 	raw     string // the body as received, for undecodable dead letters
 	group   string // FIFO live deliveries: the MessageGroupId it is gated on
 	settled atomic.Bool
+	fate    atomic.Int32 // an Outcome: what the driver last did with the message
 }
 
 func handleOf(op string, d *broker.Delivery) (*handle, error) {

@@ -5,13 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"errors"
-	"io"
-	"net"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -20,7 +16,6 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/switchyard-dev/switchyard/adapters/sqs"
-	"github.com/switchyard-dev/switchyard/conformance/testenv"
 )
 
 // TestMain gives the SDK static dummy credentials when none are set: the
@@ -32,9 +27,7 @@ func TestMain(m *testing.M) {
 		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
 	}
 	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
-	code := m.Run()
-	testenv.Cleanup()
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 // testURL returns an sqs:// URL for the emulator with a fresh namespace.
@@ -121,105 +114,6 @@ func validSQSText(s string) bool {
 		}
 	}
 	return true
-}
-
-// faultProxy is a TCP proxy in front of the emulator that can drop every
-// connection and refuse new ones, then come back on the same port: a
-// network outage without losing the emulator's in-memory state.
-type faultProxy struct {
-	target string
-	addr   string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newFaultProxy(t testing.TB, target string) *faultProxy {
-	t.Helper()
-	p := &faultProxy{target: target, conns: map[net.Conn]bool{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.addr = ln.Addr().String()
-	p.serve(ln)
-	t.Cleanup(func() { p.down() })
-	return p
-}
-
-func (p *faultProxy) serve(ln net.Listener) {
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.pipe(c)
-		}
-	}()
-}
-
-func (p *faultProxy) pipe(c net.Conn) {
-	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.mu.Lock()
-	if p.ln == nil {
-		p.mu.Unlock()
-		c.Close()
-		up.Close()
-		return
-	}
-	p.conns[c], p.conns[up] = true, true
-	p.mu.Unlock()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		done <- struct{}{}
-	}
-	go cp(up, c)
-	go cp(c, up)
-	<-done
-	c.Close()
-	up.Close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	delete(p.conns, up)
-	p.mu.Unlock()
-}
-
-// down closes the listener and every connection.
-func (p *faultProxy) down() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-}
-
-// up listens again on the same address.
-func (p *faultProxy) up(ctx context.Context) error {
-	for {
-		ln, err := net.Listen("tcp", p.addr)
-		if err == nil {
-			p.serve(ln)
-			return nil
-		}
-		if ctx.Err() != nil {
-			return errors.Join(err, ctx.Err())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func openForCleanup(ctx context.Context, rawURL string) (*sqs.Driver, error) {

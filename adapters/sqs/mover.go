@@ -22,11 +22,14 @@ import (
 // its RunAt, not at publish.
 
 const (
-	moverLease = 10 * time.Second // visibility of messages being moved
-	moverPause = time.Second      // pause after a failed poll or move
+	moverLease    = 10 * time.Second // visibility of messages being moved
+	moverPause    = time.Second      // first pause after a failed poll or move
+	moverMaxPause = time.Minute      // longest pause, doubling from moverPause
+	moverLogEvery = time.Minute      // at most one warning this often while failing
 )
 
-// startMover starts lq's mover once per driver.
+// startMover starts lq's mover once per driver. A failing mover backs off
+// (moverPause doubling to moverMaxPause) and says so in Config.Logger.
 func (d *Driver) startMover(lane string, lq *laneQueues) {
 	lq.mu.Lock()
 	if lq.moving || lq.delayURL == "" || d.closed.Load() {
@@ -38,13 +41,60 @@ func (d *Driver) startMover(lane string, lq *laneQueues) {
 	d.wg.Add(1)
 	go func() {
 		defer d.wg.Done()
+		var bo moverBackoff
 		for d.bg.Err() == nil {
-			if err := d.moveDue(d.bg, lq); err != nil {
-				d.forget(lane, err)
-				pause(d.bg, moverPause)
+			err := d.moveDue(d.bg, lq)
+			if err != nil && d.bg.Err() != nil {
+				return // closed during the poll
 			}
+			now := time.Now()
+			if err == nil {
+				if n, logged := bo.succeeded(); logged {
+					d.log.Info("switchyard: sqs: the delay queue mover of a FIFO lane works again",
+						"lane", lane, "failures", n)
+				}
+				continue
+			}
+			d.forget(lane, err)
+			wait, n, logIt := bo.failed(now)
+			if logIt {
+				d.log.Warn("switchyard: sqs: the delay queue mover of a FIFO lane fails; delayed messages wait in the delay queue until it recovers",
+					"lane", lane, "failures", n, "retry_in", wait, "error", err)
+			}
+			pause(d.bg, wait)
 		}
 	}()
+}
+
+// moverBackoff paces a failing mover and rate-limits its warnings.
+type moverBackoff struct {
+	fails   int // consecutive failures
+	pause   time.Duration
+	lastLog time.Time // zero: nothing logged for this run of failures
+}
+
+// failed records a failure at now and returns the pause before the next
+// try, the number of consecutive failures, and whether to log this one
+// (the first of a run, then at most one per moverLogEvery).
+func (b *moverBackoff) failed(now time.Time) (wait time.Duration, fails int, log bool) {
+	b.fails++
+	if b.pause == 0 {
+		b.pause = moverPause
+	} else {
+		b.pause = min(2*b.pause, moverMaxPause)
+	}
+	if b.lastLog.IsZero() || now.Sub(b.lastLog) >= moverLogEvery {
+		b.lastLog, log = now, true
+	}
+	return b.pause, b.fails, log
+}
+
+// succeeded ends a run of failures; logged says whether any of it was
+// logged (so that the recovery is too), fails how long it was.
+func (b *moverBackoff) succeeded() (fails int, logged bool) {
+	fails, logged = b.fails, !b.lastLog.IsZero()
+	*b = moverBackoff{}
+	return fails, logged
 }
 
 func pause(ctx context.Context, d time.Duration) {

@@ -47,6 +47,7 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		}
 		for j, h := range chunk {
 			if !failed[j] {
+				h.fate.Store(int32(OutcomeDeleted))
 				d.settle(ctx, h, false)
 			}
 		}
@@ -74,6 +75,7 @@ func (d *Driver) Nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 		d.forget(h.lane, err)
 		return classify("nack", err)
 	}
+	h.fate.Store(int32(OutcomeReturned))
 	return nil
 }
 
@@ -207,8 +209,8 @@ func (d *Driver) DeadLetter(ctx context.Context, dv *broker.Delivery, dl *broker
 	if err != nil {
 		return err
 	}
-	body := h.raw
-	if body == "" || !h.dead {
+	body := h.raw // a dead letter's or an undecodable record's body, as received
+	if body == "" {
 		body = encodeBody(&dv.Message)
 	}
 	in := &awssqs.SendMessageInput{QueueUrl: aws.String(lq.dlqURL), MessageBody: aws.String(body)}
@@ -225,6 +227,9 @@ func (d *Driver) DeadLetter(ctx context.Context, dv *broker.Delivery, dl *broker
 	}
 	_, err = d.client.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: aws.String(h.queue), ReceiptHandle: aws.String(h.receipt)})
 	d.settle(ctx, h, err != nil)
+	if err == nil {
+		h.fate.Store(int32(OutcomeDeleted))
+	}
 	return classify("dead-letter", err)
 }
 

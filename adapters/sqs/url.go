@@ -2,6 +2,7 @@ package sqs
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"regexp"
 	"time"
@@ -60,6 +61,11 @@ type Config struct {
 	// SDKMaxAttempts is the SDK retryer's attempt limit per call. Defaults
 	// to 3.
 	SDKMaxAttempts int
+	// Logger receives the warnings of background work: a FIFO lane's
+	// mover that cannot poll or move its delay queue (at most one line a
+	// minute while it fails, and one when it recovers). Not set from the
+	// URL. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // ParseURL parses an sqs:// URL:

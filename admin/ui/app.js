@@ -21,7 +21,14 @@
     timer: 0,
     busy: false,
     sig: {}, // view -> signature of the data last rendered
+    hist: null, // the last GET history answer
+    histAt: 0, // when it was asked for (ms)
+    histOK: true, // false once the API says there is none (no ledger) or not for this token
+    deadSel: new Set(), // IDs of the dead letters selected
+    taskSel: new Set(), // IDs of the tasks selected
   };
+  const HIST_POLL_MS = 15000; // the servers write their counts once a heartbeat
+  const LIVE_STATES = ["queued", "running", "retry_wait", "awaiting_review", "awaiting_event"];
 
   // ---- helpers -------------------------------------------------------
 
@@ -52,13 +59,20 @@
     if (ms < 1) return "0 ms";
     if (ms < 1000) return Math.round(ms) + " ms";
     const s = ms / 1000;
-    if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + " s";
-    const m = Math.floor(s / 60);
-    if (m < 60) return m + " m " + Math.round(s - m * 60) + " s";
+    if (s < 9.95) return s.toFixed(1) + " s";
+    // Round to whole seconds first, then split: 239.6 s is "4 m 0 s",
+    // never "3 m 60 s".
+    const total = Math.round(s);
+    if (total < 60) return total + " s";
+    const m = Math.floor(total / 60);
+    if (m < 60) return m + " m " + (total - m * 60) + " s";
     const h = Math.floor(m / 60);
     if (h < 48) return h + " h " + (m - h * 60) + " m";
     return Math.floor(h / 24) + " d " + (h % 24) + " h";
   }
+
+  // For the dashboard's browser test.
+  window.switchyardDashboard = { fmtDur };
 
   function ago(iso) {
     if (!iso) return "–";
@@ -95,6 +109,14 @@
       const iso = t.getAttribute("datetime");
       if (iso) t.textContent = t.dataset.mode === "for" ? since(iso) : ago(iso);
     }
+  }
+
+  // attemptText is a task's attempt cell: the latest attempt's number, or
+  // "next N" for a task lined up to run again (its attempt field can
+  // already be the next attempt's number: ledger.Task.NextAttempt).
+  function attemptText(t, sep) {
+    const n = t.next_attempt ? "next " + t.next_attempt : String(t.attempt);
+    return n + (t.max_attempts ? sep + t.max_attempts : "");
   }
 
   function badge(text, kind) {
@@ -196,6 +218,11 @@
     }
     state.laneLast = {};
     state.laneHistory = !state.me.tenant;
+    state.histOK = !state.me.tenant;
+    state.hist = null;
+    state.histAt = 0;
+    $("history-note").hidden = !state.me.tenant;
+    $("history-note").textContent = state.me.tenant ? "The history counts every tenant's tasks: it is not shown to a tenant-scoped token." : "";
     const who = $("whoami");
     who.textContent = state.me.name + " · " + state.me.role + (state.me.tenant ? " · tenant " + state.me.tenant : "");
     document.body.classList.toggle("is-admin", isAdmin());
@@ -291,10 +318,11 @@
     bar.append(fill);
     const flags = el("div", { class: "flags" });
     if (l.paused) flags.append(badge("paused", "paused"));
+    if (!l.pause_known) flags.append(badge("pause state unknown (needs the ledger)", "unknown"));
     if (l.late) flags.append(badge("late", "late"));
-    if (l.dead_lettered > 0) flags.append(badge(l.dead_lettered + " dead", "dead"));
+    if (l.dead_lettered > 0 && !(state.me && state.me.tenant)) flags.append(badge(l.dead_lettered + " dead", "dead"));
     const actions = el("div", { class: "card-actions admin-only" });
-    if (state.me && !state.me.tenant) {
+    if (state.me && !state.me.tenant && l.pause_known) {
       actions.append(
         el("button", {
           type: "button", class: "ghost small", "data-testid": (l.paused ? "resume-" : "pause-") + l.lane,
@@ -347,17 +375,106 @@
       prev = card;
     }
     for (const c of cards.values()) c.remove();
-    $("count-dead").textContent = dead ? String(dead) : "";
-    // Keep the dead-letter lane filter in step with the lanes.
-    const sel = $("dead-lane");
+    setDeadCount(dead);
+    syncLaneSelects();
+    renderHistory();
+  }
+
+  // syncLaneSelects keeps the lane pickers (dead-letter filter, history,
+  // bulk move target) in step with the lanes.
+  function syncLaneSelects() {
     const want = state.lanes.map((l) => l.lane);
-    const have = Array.from(sel.options).slice(1).map((o) => o.value);
-    if (want.join() !== have.join()) {
+    for (const [id, first] of [["dead-lane", 1], ["history-lane", 1], ["dead-bulk-to", 0]]) {
+      const sel = $(id);
+      const have = Array.from(sel.options).slice(first).map((o) => o.value);
+      if (want.join() === have.join()) continue;
       const cur = sel.value;
-      while (sel.options.length > 1) sel.remove(1);
+      while (sel.options.length > first) sel.remove(first);
       for (const n of want) sel.append(el("option", { value: n }, n));
       sel.value = cur;
+      if (!sel.value && want.length) sel.value = first ? "" : want[0];
     }
+  }
+
+  // ---- history (processed / failed / dead per minute, last hour) ------
+
+  async function pollHistory(force) {
+    if (!state.histOK) return;
+    if (!force && Date.now() - state.histAt < HIST_POLL_MS) return;
+    state.histAt = Date.now();
+    const lane = $("history-lane").value;
+    try {
+      state.hist = await api("GET", "history?minutes=60" + (lane ? "&lane=" + encodeURIComponent(lane) : ""));
+    } catch (e) {
+      if (e.status !== 501 && e.status !== 403) throw e;
+      state.histOK = false;
+      state.hist = null;
+      $("history-note").textContent = e.status === 501 ? "The history needs a ledger: " + e.message + "." : e.message;
+      $("history-note").hidden = false;
+    }
+    renderHistory();
+  }
+
+  function renderHistory() {
+    const box = $("history-chart");
+    const data = state.hist;
+    $("history").classList.toggle("is-off", !state.histOK);
+    if (!data || !state.histOK) {
+      delete state.sig.history;
+      clear(box);
+      for (const k of ["processed", "failed", "dead"]) $("history-" + k).textContent = "–";
+      return;
+    }
+    const lane = $("history-lane").value;
+    let series = data.total;
+    if (lane) series = (data.lanes || []).find((l) => l.lane === lane) || series;
+    if (!changed("history", [lane, series])) return;
+    for (const k of ["processed", "failed", "dead"]) $("history-" + k).textContent = String(series[k + "_total"] || 0);
+    clear(box);
+    box.append(historyChart(series, data.minutes), el("div", { class: "hchart-axis" },
+      el("span", {}, "−" + data.minutes + " min"),
+      el("span", { "data-testid": "history-peak" }, "peak " + Math.max(0, ...series.processed, ...series.dead) + " / min"),
+      el("span", {}, "now")));
+  }
+
+  function historyChart(series, minutes) {
+    const NS = "http://www.w3.org/2000/svg";
+    const w = 600, h = 150;
+    const svg = document.createElementNS(NS, "svg");
+    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    svg.setAttribute("class", "hchart");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("data-testid", "history-chart");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", `processed ${series.processed_total}, failed ${series.failed_total}, dead ${series.dead_total} over the last ${minutes} minutes`);
+    for (const y of [2, h / 2, h - 1]) {
+      const g = document.createElementNS(NS, "line");
+      g.setAttribute("x1", "0");
+      g.setAttribute("x2", String(w));
+      g.setAttribute("y1", String(y));
+      g.setAttribute("y2", String(y));
+      g.setAttribute("class", "grid-line");
+      svg.append(g);
+    }
+    const max = Math.max(1, ...series.processed, ...series.failed, ...series.dead);
+    const step = minutes > 1 ? w / (minutes - 1) : w;
+    for (const k of ["processed", "failed", "dead"]) {
+      const vals = series[k] || [];
+      const pl = document.createElementNS(NS, "polyline");
+      pl.setAttribute("points", vals.map((v, i) => (i * step).toFixed(1) + "," + (h - 2 - (v / max) * (h - 6)).toFixed(1)).join(" "));
+      pl.setAttribute("class", k);
+      pl.setAttribute("data-series", k);
+      svg.append(pl);
+    }
+    return svg;
+  }
+
+  // setDeadCount shows the dead letters on the tab: the lanes' count (every
+  // tenant's) for an unscoped token; for a tenant's token, the number of
+  // its own the last listing found, never the others'.
+  function setDeadCount(all) {
+    const n = state.me && state.me.tenant ? state.deadMine : all;
+    $("count-dead").textContent = n ? String(n) : "";
   }
 
   async function pollLanes() {
@@ -369,11 +486,17 @@
       if (h.length > HISTORY) h.shift();
     }
     await pollLaneHistory();
+    if (state.view === "lanes") await pollHistory(false);
+    if (state.me && state.me.tenant) {
+      // The lanes' dead counts are every tenant's: count this tenant's own.
+      const d = await api("GET", "dead?limit=1000");
+      state.deadMine = (d.dead_letters || []).length;
+    }
     if (state.view === "lanes") renderLanes();
     else {
       let dead = 0;
       for (const l of state.lanes) dead += l.dead_lettered;
-      $("count-dead").textContent = dead ? String(dead) : "";
+      setDeadCount(dead);
     }
   }
 
@@ -425,12 +548,16 @@
     const q = deadQuery().toString();
     const data = await api("GET", "dead?" + q);
     const items = data.dead_letters || [];
+    if (state.me && state.me.tenant && q === "limit=200" && !data.more) state.deadMine = items.length;
     if (!changed("dead", [q, state.me && state.me.role, items])) return;
     const body = $("dead-body");
     clear(body);
     $("dead-empty").hidden = items.length > 0;
     $("dead-table").hidden = items.length === 0;
     $("dead-replay-all").disabled = items.length === 0;
+    // A selection holds only what is shown.
+    const shown = new Set(items.map((d) => d.id));
+    for (const id of state.deadSel) if (!shown.has(id)) state.deadSel.delete(id);
     for (const d of items) {
       const last = d.attempts && d.attempts.length ? d.attempts[d.attempts.length - 1] : null;
       const err = d.error || (last && last.error) || "";
@@ -438,12 +565,14 @@
         el("button", { type: "button", class: "small", "data-testid": "replay-" + d.id, onclick: () => replayOne(d) }, "Replay"),
         el("button", { type: "button", class: "small ghost", "data-testid": "sandbox-" + d.id, onclick: () => sandboxOne(d) }, "Sandbox"),
         el("button", { type: "button", class: "small danger", "data-testid": "purge-" + d.id, onclick: () => purgeOne(d) }, "Purge"));
-      const attempts = el("details", {}, el("summary", {}, String((d.attempts || []).length)),
+      const attempts = el("details", {}, el("summary", {}, String(d.attempts_made || (d.attempts || []).length)),
         el("ol", { class: "attempt-list" }, ...(d.attempts || []).map((a) =>
           el("li", {}, "#" + a.attempt + " ", el("span", { class: "muted" }, a.class || "ok"), " ", fmtDur(a.duration_ms), a.error ? " — " + a.error : ""))));
       body.append(
         el("tr", { "data-testid": "dead-row", "data-id": d.id, "data-lane": d.lane },
-          el("td", { class: "mono" }, el("a", { href: "#task/" + encodeURIComponent(d.id) }, d.id)),
+          el("td", { class: "sel admin-only" }, selectBox(state.deadSel, d.id, "dead-select", updateDeadBulk)),
+          el("td", { class: "mono" }, el("a", { href: "#task/" + encodeURIComponent(d.id) }, d.id),
+            d.sandbox_of ? el("span", { "data-testid": "dead-sandbox" }, " ", badge("sandbox copy of " + d.sandbox_of, "sandbox")) : null),
           el("td", {}, d.lane),
           el("td", { class: "mono" }, d.kind),
           el("td", {}, d.tenant || "–"),
@@ -453,6 +582,95 @@
           el("td", {}, timeCell(d.dead_at)),
           actions)
       );
+    }
+    updateDeadBulk();
+  }
+
+  // selectBox is a row's checkbox, kept in set by id.
+  function selectBox(set, id, testid, onchange) {
+    const box = el("input", { type: "checkbox", "data-testid": testid, "data-id": id, "aria-label": "select " + id, checked: set.has(id) });
+    box.addEventListener("change", () => {
+      if (box.checked) set.add(id);
+      else set.delete(id);
+      onchange();
+    });
+    return box;
+  }
+
+  // updateBulk shows a list's bulk bar while something is selected and
+  // keeps its select-all box in step.
+  function updateBulk(set, rowsSel, bar, count, all) {
+    const rows = document.querySelectorAll(rowsSel).length;
+    $(bar).hidden = set.size === 0;
+    $(count).textContent = set.size + " selected";
+    $(all).checked = set.size > 0 && set.size === rows;
+    $(all).indeterminate = set.size > 0 && set.size < rows;
+  }
+
+  function updateDeadBulk() {
+    updateBulk(state.deadSel, "#dead-body input[data-testid=dead-select]", "dead-bulk", "dead-bulk-count", "dead-select-all");
+  }
+
+  function updateTaskBulk() {
+    updateBulk(state.taskSel, "#tasks-body input[data-testid=task-select]", "tasks-bulk", "tasks-bulk-count", "tasks-select-all");
+  }
+
+  function selectAll(set, rowsSel, on, update) {
+    for (const b of document.querySelectorAll(rowsSel)) {
+      b.checked = on;
+      if (on) set.add(b.dataset.id);
+      else set.delete(b.dataset.id);
+    }
+    update();
+  }
+
+  // reportText says how a bulk operation went.
+  function reportText(verb, rep) {
+    const failed = rep.failed || [];
+    return verb + " " + rep.done + (failed.length ? ", " + failed.length + " failed: " + failed[0].error : "");
+  }
+
+  // deadBulk replays, moves or purges the selected dead letters, with the
+  // bulk endpoints (the same roles and tenant scope as one at a time).
+  async function deadBulk(op) {
+    const ids = Array.from(state.deadSel);
+    if (!ids.length) return;
+    const n = ids.length + " dead letter" + (ids.length > 1 ? "s" : "");
+    const to = $("dead-bulk-to").value;
+    const q = {
+      replay: ["Replay " + n + "?", "They go back to their lanes with a fresh attempt budget and run again for real.", "Replay", "Replayed"],
+      move: ["Move " + n + " to " + to + "?", "They are published to the " + to + " lane with a fresh attempt budget and run there.", "Move", "Moved"],
+      purge: ["Purge " + n + " for good?", "The dead letters are deleted; their tasks stay dead in the ledger with a \"purged\" event. This cannot be undone.", "Purge", "Purged"],
+    }[op];
+    if (op === "move" && !to) return toast("Pick the lane to move them to.", true);
+    if (!(await ask(q[0], q[1], q[2]))) return;
+    try {
+      const body = { ids };
+      if (op === "move") body.to_lane = to;
+      const rep = await api("POST", "dead/" + op, body);
+      toast(reportText(q[3], rep), (rep.failed || []).length > 0);
+      state.deadSel.clear();
+      state.sig = {};
+      await loadDead();
+    } catch (e) {
+      toast(q[2] + " failed: " + e.message, true);
+    }
+  }
+
+  async function cancelSelected() {
+    const ids = Array.from(state.taskSel);
+    if (!ids.length) return;
+    const reason = await ask("Cancel " + ids.length + " task" + (ids.length > 1 ? "s" : "") + "?",
+      "Queued ones never run; running ones are told to stop (their handlers see the context cancelled).", "Cancel tasks",
+      { label: "Reason (optional)", optional: true });
+    if (reason === null) return;
+    try {
+      const rep = await api("POST", "tasks/cancel", { ids, reason: reason === true ? "" : reason });
+      toast(reportText("Cancelled", rep), (rep.failed || []).length > 0);
+      state.taskSel.clear();
+      await loadTasks(false);
+    } catch (e) {
+      toast("Cancel failed: " + e.message, true);
     }
   }
 
@@ -528,17 +746,22 @@
   async function loadTasks(more) {
     const data = await api("GET", "tasks?" + taskQuery(more ? state.tasksNext : "").toString());
     const body = $("tasks-body");
-    if (!more) clear(body);
+    if (!more) {
+      clear(body);
+      state.taskSel.clear();
+    }
     const tasks = data.tasks || [];
     for (const t of tasks) {
+      const live = LIVE_STATES.includes(t.state);
       body.append(
         el("tr", { "data-testid": "task-row", "data-id": t.id },
+          el("td", { class: "sel admin-only" }, live ? selectBox(state.taskSel, t.id, "task-select", updateTaskBulk) : null),
           el("td", { class: "mono" }, el("a", { href: "#task/" + encodeURIComponent(t.id) }, t.id)),
           el("td", { class: "mono" }, t.kind),
           el("td", {}, t.lane),
           el("td", {}, t.tenant || "–"),
-          el("td", {}, badge(t.state)),
-          el("td", {}, t.attempt + (t.max_attempts ? " / " + t.max_attempts : "")),
+          el("td", {}, badge(t.state), t.progress ? progressCell(t.progress) : null),
+          el("td", {}, attemptText(t, " / ")),
           el("td", { class: "err", title: t.last_error || "" }, t.last_error || ""),
           el("td", {}, timeCell(t.updated_at)))
       );
@@ -546,6 +769,92 @@
     state.tasksNext = data.next || "";
     $("tasks-more").hidden = !state.tasksNext;
     $("tasks-empty").hidden = body.children.length > 0;
+    updateTaskBulk();
+  }
+
+  function progressCell(p) {
+    const pct = Math.round(p.fraction * 100) + "%";
+    return el("div", { "data-testid": "task-progress-row", title: p.message || "" },
+      el("progress", { max: "1", value: String(p.fraction) }), " ", pct,
+      p.message ? el("div", { class: "progress-msg" }, p.message) : null);
+  }
+
+  // ---- live stream of one task (Server-Sent Events over fetch, so the
+  // bearer token goes in a header; reconnects with Last-Event-ID) -------
+
+  function stopStream() {
+    if (state.stream) state.stream.abort();
+    state.stream = null;
+  }
+
+  function watchTask(id) {
+    stopStream();
+    const ctl = new AbortController();
+    state.stream = ctl;
+    const out = $("task-stream");
+    const status = $("task-stream-status");
+    clear(out);
+    $("task-progress").hidden = true;
+    let last = "";
+    const onEvent = (name, id, data) => {
+      if (id) last = id;
+      if (name === "chunk") {
+        out.append(document.createTextNode(data.text !== undefined ? data.text : data.base64 !== undefined ? "[" + data.bytes + " bytes]" : "[" + data.bytes + " bytes hidden]"));
+        out.scrollTop = out.scrollHeight;
+      } else if (name === "progress") {
+        $("task-progress").hidden = false;
+        $("task-progress-bar").value = data.fraction;
+        $("task-progress-text").textContent = Math.round(data.fraction * 100) + "% " + (data.message || "");
+      } else if (name === "state") {
+        status.textContent = data.state;
+      }
+    };
+    const run = async () => {
+      while (!ctl.signal.aborted) {
+        const headers = { Authorization: "Bearer " + (sessionStorage.getItem(TOKEN_KEY) || ""), Accept: "text/event-stream" };
+        if (last) headers["Last-Event-ID"] = last;
+        try {
+          const res = await fetch("api/v1/tasks/" + encodeURIComponent(id) + "/events", { headers, cache: "no-store", credentials: "omit", signal: ctl.signal });
+          if (!res.ok || !res.body) {
+            status.textContent = "(stream unavailable: " + res.status + ")";
+            return;
+          }
+          status.textContent = "(live)";
+          const reader = res.body.getReader();
+          const dec = new TextDecoder();
+          let buf = "";
+          let ended = false;
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buf += dec.decode(value, { stream: true });
+            let i;
+            while ((i = buf.indexOf("\n\n")) >= 0) {
+              const block = buf.slice(0, i);
+              buf = buf.slice(i + 2);
+              let name = "", eid = "", data = "";
+              for (const line of block.split("\n")) {
+                if (line.startsWith("event: ")) name = line.slice(7);
+                else if (line.startsWith("id: ")) eid = line.slice(4);
+                else if (line.startsWith("data: ")) data += line.slice(6);
+              }
+              if (!name) continue;
+              if (name === "end") { ended = true; continue; }
+              try { onEvent(name, eid, JSON.parse(data || "{}")); } catch (e) { /* a malformed event is skipped */ }
+            }
+          }
+          if (ended) {
+            status.textContent = "(ended)";
+            return;
+          }
+        } catch (e) {
+          if (ctl.signal.aborted) return;
+          status.textContent = "(reconnecting)";
+        }
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    };
+    run();
   }
 
   function metaRow(dl, k, v) {
@@ -567,7 +876,7 @@
     metaRow(dl, "kind", t.kind);
     metaRow(dl, "lane", t.lane);
     metaRow(dl, "tenant", t.tenant || "–");
-    metaRow(dl, "attempt", t.attempt + (t.max_attempts ? " of " + t.max_attempts : ""));
+    metaRow(dl, t.next_attempt ? "next attempt" : "attempt", attemptText(t, " of "));
     metaRow(dl, "created", t.created_at ? timeCell(t.created_at) : "");
     metaRow(dl, "updated", t.updated_at ? timeCell(t.updated_at) : "");
     metaRow(dl, "run at", t.run_at || "");
@@ -608,7 +917,12 @@
         el("td", { class: "mono" }, e.result !== undefined ? JSON.stringify(e.result) : ""), el("td", {}, timeCell(e.updated_at))));
     }
     if (!(d.effects || []).length) eb.append(el("tr", {}, el("td", { colspan: 5, class: "muted" }, "no effects recorded")));
-    $("task-result").textContent = t.result !== undefined ? pretty(t.result) : "—";
+    $("task-result").textContent = t.result !== undefined ? pretty(t.result) : (t.state === "completed" ? "— (no result stored)" : "— (" + t.state + ")");
+    // Live tasks can be cancelled (POST tasks/{id}/cancel).
+    const live = ["queued", "running", "retry_wait", "awaiting_review"].includes(t.state);
+    const cb = $("task-cancel");
+    cb.hidden = !live;
+    cb.onclick = () => cancelTask(t);
     $("task-args").textContent = t.args !== undefined ? pretty(t.args) : "—";
   }
 
@@ -645,6 +959,21 @@
     }
   }
 
+  async function cancelTask(t) {
+    const what = t.state === "running" ? "Its handler's context is cancelled on the worker running it; it is not retried." : "It never starts.";
+    const reason = await ask("Cancel " + t.id + "?", what, "Cancel task", { label: "Reason (optional)", optional: true });
+    if (reason === null) return;
+    try {
+      await api("POST", "tasks/" + encodeURIComponent(t.id) + "/cancel", reason ? { reason } : {});
+      toast("Cancelled " + t.id);
+      state.sig = {};
+      await loadTask();
+      tickTimes();
+    } catch (e) {
+      toast("cancel failed: " + e.message, true);
+    }
+  }
+
   async function reviewAct(r, op) {
     let body = {};
     if (op === "approve") {
@@ -667,6 +996,50 @@
     }
   }
 
+  // ---- servers -------------------------------------------------------
+
+  // loadServers shows the fleet (GET servers). A tenant's token, or an
+  // admin API without a ledger, gets the reason instead of a table.
+  async function loadServers() {
+    let data;
+    try {
+      data = await api("GET", "servers");
+    } catch (e) {
+      if (e.status !== 403 && e.status !== 501) throw e;
+      if (!changed("servers", ["error", e.message])) return;
+      clear($("servers-body"));
+      $("servers-table").hidden = true;
+      $("count-servers").textContent = "";
+      $("servers-empty").hidden = false;
+      $("servers-empty").textContent = e.message;
+      return;
+    }
+    const items = data.servers || [];
+    $("count-servers").textContent = items.length ? String(data.live) : "";
+    // Ages are shown by tickTimes; leave them out of the signature.
+    if (!changed("servers", items.map((s) => Object.assign({}, s, { heartbeat_age_ms: 0 })))) return;
+    const body = $("servers-body");
+    clear(body);
+    $("servers-empty").textContent = "No server is registered in the ledger.";
+    $("servers-empty").hidden = items.length > 0;
+    $("servers-table").hidden = items.length === 0;
+    for (const s of items) {
+      body.append(
+        el("tr", { "data-testid": "server-row", "data-id": s.id, "data-state": s.state },
+          el("td", { class: "mono" }, s.id),
+          el("td", {}, s.host || "–"),
+          el("td", { class: "mono" }, String(s.pid)),
+          el("td", { "data-testid": "server-state" }, badge(s.state, s.state === "gone" ? "dead" : "ok")),
+          el("td", {}, String(s.busy) + " / " + String(s.slots)),
+          el("td", {}, String(s.free)),
+          el("td", {}, (s.lanes || []).join(", ")),
+          el("td", { class: "mono" }, s.version || "–"),
+          el("td", {}, timeCell(s.started, "for")),
+          el("td", {}, timeCell(s.heartbeat)))
+      );
+    }
+  }
+
   // ---- routing and polling ------------------------------------------
 
   function route() {
@@ -675,10 +1048,14 @@
     if (h.startsWith("task/")) {
       view = "task";
       state.taskID = h.slice(5);
+      watchTask(state.taskID);
+    } else {
+      stopStream();
     }
-    if (!["lanes", "dead", "tasks", "task", "reviews"].includes(view)) view = "lanes";
+    if (!["lanes", "dead", "tasks", "task", "reviews", "servers"].includes(view)) view = "lanes";
     state.view = view;
     state.sig = {};
+    state.histAt = 0; // the history is asked for again when the Lanes view opens
     for (const s of document.querySelectorAll(".view")) s.hidden = s.dataset.view !== view;
     for (const a of document.querySelectorAll("#tabs a")) {
       a.classList.toggle("active", a.dataset.tab === view || (view === "task" && a.dataset.tab === "tasks"));
@@ -696,6 +1073,7 @@
         case "dead": await loadDead(); break;
         case "tasks": if (force) await loadTasks(false); break;
         case "task": await loadTask(); break;
+        case "servers": await loadServers(); break;
       }
       await loadReviews();
       tickTimes();
@@ -742,6 +1120,15 @@
     $("dead-lane").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
     $("dead-reason").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
     $("dead-replay-all").addEventListener("click", replayShown);
+    $("history-lane").addEventListener("change", () => pollHistory(true).catch((e) => toast(e.message, true)));
+    $("dead-select-all").addEventListener("change", (ev) =>
+      selectAll(state.deadSel, "#dead-body input[data-testid=dead-select]", ev.target.checked, updateDeadBulk));
+    $("tasks-select-all").addEventListener("change", (ev) =>
+      selectAll(state.taskSel, "#tasks-body input[data-testid=task-select]", ev.target.checked, updateTaskBulk));
+    for (const op of ["replay", "move", "purge"]) $("dead-bulk-" + op).addEventListener("click", () => deadBulk(op));
+    $("dead-bulk-clear").addEventListener("click", () => selectAll(state.deadSel, "#dead-body input[data-testid=dead-select]", false, updateDeadBulk));
+    $("tasks-bulk-cancel").addEventListener("click", cancelSelected);
+    $("tasks-bulk-clear").addEventListener("click", () => selectAll(state.taskSel, "#tasks-body input[data-testid=task-select]", false, updateTaskBulk));
     $("task-filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadTasks(false).catch((e) => toast(e.message, true)); });
     $("tasks-more").addEventListener("click", () => loadTasks(true).catch((e) => toast(e.message, true)));
     $("task-open").addEventListener("click", () => {

@@ -57,6 +57,10 @@ type options struct {
 	sqliteSync string
 	timeout    time.Duration
 	dir        string
+	// rate, when positive, paces the publishers of the per-job rows to
+	// this many tasks/s in all (latency at a given load); the InsertMany
+	// rows are not paced.
+	rate int
 }
 
 // result is one measured run of one row.
@@ -102,8 +106,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.riverCooldown, "river-cooldown", 0, "river's FetchCooldown (0: river's default, 100ms)")
 	fs.StringVar(&o.sqliteSync, "sqlite-sync", "full", "SQLite synchronous setting for river-sqlite and the Switchyard SQLite ledger alike: full (the ledger's default) or normal")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each run")
+	fs.IntVar(&o.rate, "rate", 0, "pace the per-job rows' publishers to this many tasks/s in all (0: as fast as they go); select rows with --only")
 	runs := fs.Int("runs", 3, "runs of every row (medians are printed)")
-	only := fs.String("only", "", "run only rows whose name contains this")
+	only := fs.String("only", "", "run only rows whose name contains this (or one of these, separated by |)")
+	suite := fs.String("suite", "runtime", "runtime (the rows above), or enqueuetx (EnqueueTx beside river's InsertTx; see enqueuetx.go)")
+	var tx txOptions
+	fs.IntVar(&tx.batch, "tx-batch", 100, "enqueuetx: tasks per transaction in the Many rows")
+	fs.IntVar(&tx.latTasks, "tx-lat-tasks", 2000, "enqueuetx: tasks of a latency row")
+	fs.IntVar(&tx.latRate, "tx-lat-rate", 200, "enqueuetx: transactions per second of a latency row")
+	fs.StringVar(&tx.brokerURL, "tx-broker", "", "enqueuetx: broker URL of Switchyard's latency rows (default redis://<--redis>/0)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -112,6 +123,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if o.tasks < 1 || o.publishers < 1 || o.workers < 1 || *runs < 1 {
 		return errors.New("need tasks, publishers, workers and runs ≥ 1")
+	}
+	if *suite == "enqueuetx" {
+		if tx.brokerURL == "" {
+			tx.brokerURL = "redis://" + o.redis + "/0"
+		}
+		if tx.batch < 1 || tx.latTasks < 1 || tx.latRate < 1 {
+			return errors.New("need tx-batch, tx-lat-tasks and tx-lat-rate ≥ 1")
+		}
+		tx.wait = time.Minute
+		return runEnqueueTx(ctx, o, tx, *runs, *only, stdout, stderr)
+	}
+	if *suite != "runtime" {
+		return fmt.Errorf("--suite %q: runtime or enqueuetx", *suite)
 	}
 	dir, err := os.MkdirTemp("", "switchyard-peers-")
 	if err != nil {
@@ -123,8 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rows := allRows()
 	var selected []row
 	for _, r := range rows {
-		if *only == "" || strings.Contains(strings.ToLower(r.name), strings.ToLower(*only)) {
-			selected = append(selected, r)
+		for _, o := range strings.Split(*only, "|") {
+			if strings.Contains(strings.ToLower(r.name), strings.ToLower(strings.TrimSpace(o))) {
+				selected = append(selected, r)
+				break
+			}
 		}
 	}
 	load0, started := runtimebench.LoadAvg(), time.Now().UTC()
@@ -192,6 +219,8 @@ const (
 	rSyEmbeddedOff   = "Switchyard, embedded, ledger off"
 	rSyEmbeddedSQL   = "Switchyard, embedded, SQLite ledger"
 	rSyRedisSQL      = "Switchyard, Redis, SQLite ledger"
+	rSyPGBrokerOff   = "Switchyard, PostgreSQL broker, ledger off"
+	rSyPGBrokerPG    = "Switchyard, PostgreSQL broker, PostgreSQL ledger"
 )
 
 var ratios = []struct{ num, den string }{
@@ -203,12 +232,15 @@ var ratios = []struct{ num, den string }{
 	{rSyRedisSQL, rRiverSQLiteMany},
 	{rSyRedisOff, rAsynq},
 	{rSyRedisPGStep, rSyRedisPG},
+	{rSyPGBrokerOff, rRiverPGOne},
+	{rSyPGBrokerOff, rRiverPGMany},
+	{rSyPGBrokerPG, rRiverPGOne},
 }
 
 func allRows() []row {
 	sy := func(brokerURL func(o options) string, ledger func(o options) string, mode runtimebench.Mode) func(context.Context, options) (result, error) {
 		return func(ctx context.Context, o options) (result, error) {
-			cfg := runtimebench.Config{BrokerURL: brokerURL(o), Tasks: o.tasks, Publishers: o.publishers, Slots: o.workers, Timeout: o.timeout}
+			cfg := runtimebench.Config{BrokerURL: brokerURL(o), Tasks: o.tasks, Publishers: o.publishers, Slots: o.workers, Timeout: o.timeout, Rate: o.rate}
 			if ledger != nil {
 				cfg.LedgerDSN = ledger(o)
 			}
@@ -235,6 +267,10 @@ func allRows() []row {
 		{rSyRedisSQL, false, sy(redisURL, sqliteLedger, runtimebench.LedgerOn)},
 		{rSyEmbeddedOff, false, sy(embedded, nil, runtimebench.LedgerOff)},
 		{rSyEmbeddedSQL, false, sy(embedded, sqliteLedger, runtimebench.LedgerOn)},
+		// The queue in PostgreSQL itself (adapters/postgres), on the same
+		// server as river's rows.
+		{rSyPGBrokerOff, true, sy(pgLedger, nil, runtimebench.LedgerOff)},
+		{rSyPGBrokerPG, true, sy(pgLedger, pgLedger, runtimebench.LedgerOn)},
 	}
 }
 
@@ -464,8 +500,22 @@ func asynqRun(ctx context.Context, o options) (result, error) {
 	return r, nil
 }
 
-// parallel calls one o.tasks times from o.publishers goroutines.
+// parallel calls one o.tasks times from o.publishers goroutines, paced to
+// o.rate calls/s in all when it is set.
 func parallel(ctx context.Context, o options, one func() error) error {
+	if o.rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(o.rate))
+		defer t.Stop()
+		inner := one
+		one = func() error {
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return inner()
+		}
+	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -44,6 +44,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var kinds listFlag
 	fs.Var(&kinds, "kinds", "task kinds the ingestion endpoint accepts, comma-separated or repeated; kind=lane sets the kind's default lane (default: none)")
 	namespace := fs.String("namespace", "default", "the switchyard_namespace label of /metrics")
+	create := fs.Bool("create", false, "create the broker's or ledger's database file when it does not exist (default: an error, \"no such database\")")
+	var laneList listFlag
+	fs.Var(&laneList, "lanes", "the lanes your servers serve, besides the four default lanes and those holding messages (comma-separated)")
 	metrics := fs.Bool("metrics", true, "serve Prometheus metrics (lane depths read from the broker on each scrape) at /metrics")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this certificate (PEM) and --tls-key")
 	tlsKey := fs.String("tls-key", "", "the private key of --tls-cert (PEM)")
@@ -100,18 +103,22 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *dsn != "" {
-		if L, err = ledger.Open(octx, *dsn); err != nil {
+		if L, err = ledger.Open(octx, existingOnly(*dsn, *create)); err != nil {
 			return err
 		}
 		defer L.Close()
 		bopts.Dedup = L
 	}
-	b, err := broker.Open(octx, *brokerURL, bopts)
+	b, err := broker.Open(octx, existingOnly(*brokerURL, *create), bopts)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	ops, err := admin.New(admin.Config{Broker: b, Ledger: L, Kinds: specs})
+	acfg := admin.Config{Broker: b, Ledger: L, Kinds: specs}
+	if len(laneList) > 0 {
+		acfg.Lanes = append(defaultLaneNames(), laneList...)
+	}
+	ops, err := admin.New(acfg)
 	if err != nil {
 		return err
 	}
@@ -120,6 +127,16 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *metrics {
 		tel, err := telemetry.New(&telemetry.Config{Namespace: *namespace, Broker: b})
 		if err != nil {
+			return err
+		}
+		if L != nil && ledger.OutboxOf(L) != nil {
+			// The outbox's depth and oldest age (docs/alerts.yml).
+			if err := tel.WatchOutbox(L); err != nil {
+				return err
+			}
+		}
+		// The lanes' scaling signal (docs/SCALING.md).
+		if err := tel.WatchScaling(ops.Scaler()); err != nil {
 			return err
 		}
 		hcfg.Metrics = tel.Handler()

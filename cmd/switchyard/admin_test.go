@@ -49,7 +49,7 @@ func TestCLI_Admin(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"admin", "--broker", "embedded://" + filepath.Join(dir, "q.db"),
 			"--ledger", "sqlite://" + filepath.Join(dir, "ledger.db"), "--listen", "127.0.0.1:0",
-			"--tokens-file", tokens, "--kinds", "report.build=batch,mail.send"}, &out, &errb)
+			"--tokens-file", tokens, "--kinds", "report.build=batch,mail.send", "--create"}, &out, &errb)
 	}()
 	re := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+)/`)
 	base := ""
@@ -159,7 +159,7 @@ func TestCLI_AdminBadInput(t *testing.T) {
 	if err := os.WriteFile(good, []byte("ops admin 0123456789abcdef\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	q := "embedded://" + filepath.Join(dir, "q.db")
+	q := "embedded://" + filepath.Join(dir, "q.db") + "?create=true"
 	t.Setenv(adminEnvTokens, "")
 	for _, c := range []struct {
 		name string

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/internal/runtimebench"
@@ -28,16 +30,28 @@ func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Write
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on each run")
 	asJSON := fs.Bool("json", false, "print JSON (every run and the medians)")
 	verbose := fs.Bool("v", false, "log the runtime's warnings and cleanup failures to stderr")
+	keys := fs.Int("keys", 1000, "ordering keys of the keyed rows")
+	modeList := fs.String("modes", "", "comma-separated rows to run (default: all): "+modeNames())
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return errUsage
 	}
-	if len(pos) != 0 || *tasks < 1 || *publishers < 1 || *runs < 1 || *slots < 1 || *prefetch < 0 || *rate < 0 {
-		fmt.Fprintln(stderr, "usage: switchyard bench runtime [--broker URL] [--ledger DSN] [--tasks N] [--publishers 8] [--runs 3] [--slots 64] [--prefetch N] [--rate R] [--json]")
+	if len(pos) != 0 || *tasks < 1 || *publishers < 1 || *runs < 1 || *slots < 1 || *prefetch < 0 || *rate < 0 || *keys < 1 {
+		fmt.Fprintln(stderr, "usage: switchyard bench runtime [--broker URL] [--ledger DSN] [--tasks N] [--publishers 8] [--runs 3] [--slots 64] [--prefetch N] [--rate R] [--keys 1000] [--modes a,b] [--json]")
 		return errUsage
 	}
+	var modes []runtimebench.Mode
+	if *modeList != "" {
+		for _, m := range strings.Split(*modeList, ",") {
+			m = strings.TrimSpace(m)
+			if !slices.Contains(runtimebench.Modes, runtimebench.Mode(m)) {
+				return fmt.Errorf("bench runtime: no row %q; the rows are %s", m, modeNames())
+			}
+			modes = append(modes, runtimebench.Mode(m))
+		}
+	}
 	cfg := runtimebench.Config{BrokerURL: *url, LedgerDSN: *dsn, Tasks: *tasks, Publishers: *publishers, Slots: *slots, Prefetch: *prefetch,
-		Rate: *rate, Timeout: *timeout}
+		Rate: *rate, Timeout: *timeout, Keys: *keys, Modes: modes}
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -49,4 +63,12 @@ func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Write
 		return rep.WriteJSON(stdout)
 	}
 	return rep.WriteTable(stdout)
+}
+
+func modeNames() string {
+	var out []string
+	for _, m := range runtimebench.Modes {
+		out = append(out, string(m))
+	}
+	return strings.Join(out, ", ")
 }

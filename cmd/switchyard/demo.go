@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -154,6 +155,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		*ledgerDSN = "sqlite://" + filepath.Join(dir, "ledger.db")
 	}
 
+	// Every run's idempotency keys are its own: a run on the files of an
+	// earlier one (--broker, --ledger) does new work instead of finding
+	// every task already done and waiting for progress that never comes.
+	runID := strconv.FormatInt(time.Now().UnixNano(), 36)
+	runKey := func(k string) string { return "demo-" + runID + "/" + k }
+
 	var L ledger.Ledger
 	if *ledgerDSN != "none" {
 		L, err = ledger.Open(ctx, *ledgerDSN)
@@ -231,13 +238,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return switchyard.Permanent(fmt.Errorf("ingest %s: not a PDF (bad magic bytes)", t.Args.Doc))
 		}
 		_, err := client.Enqueue(ctx, chunkArgs{Doc: t.Args.Doc, Interactive: t.Args.Interactive},
-			&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: "chunk/" + t.Args.Doc})
+			&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: runKey("chunk/" + t.Args.Doc)})
 		return err
 	}, nil))
 	must(switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[chunkArgs]) error {
 		for i := 0; i < *chunks; i++ {
 			if _, err := client.Enqueue(ctx, embedArgs{Doc: t.Args.Doc, Chunk: i, Of: *chunks, Interactive: t.Args.Interactive},
-				&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: fmt.Sprintf("embed/%s/%d", t.Args.Doc, i)}); err != nil {
+				&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: runKey(fmt.Sprintf("embed/%s/%d", t.Args.Doc, i))}); err != nil {
 				return err
 			}
 		}
@@ -265,7 +272,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		st.mu.Unlock()
 		if complete {
 			_, err := client.Enqueue(ctx, summarizeArgs{Doc: t.Args.Doc, Interactive: t.Args.Interactive},
-				&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: "summarize/" + t.Args.Doc})
+				&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: runKey("summarize/" + t.Args.Doc)})
 			return err
 		}
 		return nil
@@ -281,7 +288,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		_, err = client.Enqueue(ctx, syncArgs{Doc: t.Args.Doc, Summary: summary},
-			&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: "sync/" + t.Args.Doc})
+			&switchyard.EnqueueOpts{Lane: lane(t.Args.Interactive), IdempotencyKey: runKey("sync/" + t.Args.Doc)})
 		return err
 	}, &switchyard.HandlerOpts{Timeout: 800 * time.Millisecond}))
 	must(switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[syncArgs]) error {
@@ -309,7 +316,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		st.mu.Unlock()
 		_, err := client.Enqueue(ctx, ingestArgs{Doc: doc, Interactive: interactive},
-			&switchyard.EnqueueOpts{Lane: lane(interactive), IdempotencyKey: "ingest/" + doc})
+			&switchyard.EnqueueOpts{Lane: lane(interactive), IdempotencyKey: runKey("ingest/" + doc)})
 		return err
 	}
 	for i := 0; i < *docs; i++ {

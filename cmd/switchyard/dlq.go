@@ -20,7 +20,8 @@ const dlqUsage = `usage: switchyard dlq <ls|show|replay|move|purge> --broker URL
   replay             move the selected dead letters back to their live lane;
                      with --ledger, their tasks go back to queued so they run again
   move --to LANE     publish the selected dead letters to another lane's live queue
-  purge              delete the selected dead letters for good
+  purge              delete the selected dead letters for good; without a filter it needs
+                     --all (every dead letter of every lane)
 filters: --lane L (default: every lane), --kind K, --tenant T, --reason R, --id ID (repeatable)
 replay, move and purge list what they would affect and ask first unless --yes; they then
 act on exactly the dead letters listed (by ID), unless the list was cut short at 1000:
@@ -49,6 +50,7 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	limit := c.fs.Int("limit", 50, "most dead letters to list (ls, at most 1000), or to act on (replay, move, purge: 0 = every match)")
 	yes := c.fs.Bool("yes", false, "replay, move or purge without asking")
 	to := c.fs.String("to", "", "target lane (move; required)")
+	all := c.fs.Bool("all", false, "purge: every dead letter of every lane (required when no filter is given)")
 	npos := 0
 	if sub == "show" {
 		npos = 1
@@ -60,6 +62,10 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f.Reason, f.IDs = broker.Reason(*reason), ids
 	if *limit < 0 {
 		return fmt.Errorf("--limit must be 0 or more")
+	}
+	if sub == "purge" && !*all && f.Lane == "" && f.Kind == "" && f.Tenant == "" && f.Reason == "" && len(f.IDs) == 0 {
+		fmt.Fprintf(stderr, "refusing to purge every dead letter: give a filter (--lane, --kind, --tenant, --reason, --id) or --all\n")
+		return errUsage
 	}
 	if sub == "move" && *to == "" {
 		fmt.Fprintf(stderr, "missing required flag --to\n%s\n", dlqUsage)
@@ -79,10 +85,12 @@ func runDLQ(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if f.Limit == 0 {
 			f.Limit = 1000
 		}
-		items, err := ops.DeadLetters(ctx, admin.Scope{}, f)
+		l, err := ops.DeadList(ctx, admin.Scope{}, f)
 		if err != nil {
 			return err
 		}
+		items := l.Items
+		readNotes(stderr, l.Mode, l.More, l.Truncated, "dead letters")
 		if *c.asJSON {
 			return writeJSON(stdout, deadJSON(items, false))
 		}
@@ -280,36 +288,37 @@ type itemErrJSON struct {
 }
 
 type attemptJSON struct {
-	Attempt         int     `json:"attempt"`
-	Start           string  `json:"start"`
-	DurationSeconds float64 `json:"duration_seconds"`
-	Class           string  `json:"class,omitempty"`
-	Error           string  `json:"error,omitempty"`
-	Worker          string  `json:"worker,omitempty"`
+	Attempt    int     `json:"attempt"`
+	Start      string  `json:"start"`
+	DurationMS float64 `json:"duration_ms"`
+	Class      string  `json:"class,omitempty"`
+	Error      string  `json:"error,omitempty"`
+	Worker     string  `json:"worker,omitempty"`
 }
 
 type deadOut struct {
-	ID       string        `json:"id"`
-	Lane     string        `json:"lane"`
-	Kind     string        `json:"kind"`
-	Tenant   string        `json:"tenant"`
-	Reason   string        `json:"reason"`
-	Error    string        `json:"error"`
-	Attempts int           `json:"attempts"`
-	At       string        `json:"dead_at"`
-	History  []attemptJSON `json:"history,omitempty"`
-	Args     any           `json:"args,omitempty"`
+	ID        string        `json:"id"`
+	Lane      string        `json:"lane"`
+	Kind      string        `json:"kind"`
+	Tenant    string        `json:"tenant"`
+	Reason    string        `json:"reason"`
+	Error     string        `json:"error"`
+	Attempts  int           `json:"attempts"`
+	SandboxOf string        `json:"sandbox_of,omitempty"`
+	At        string        `json:"dead_at"`
+	History   []attemptJSON `json:"history,omitempty"`
+	Args      any           `json:"args,omitempty"`
 }
 
 func deadJSON(items []admin.DeadItem, full bool) []deadOut {
 	out := make([]deadOut, 0, len(items))
 	for _, it := range items {
 		o := deadOut{ID: it.ID, Lane: it.Lane, Kind: it.Kind, Tenant: it.Tenant, Reason: string(it.Reason), Error: it.Error,
-			Attempts: len(it.Attempts), At: rfc3339(it.DeadAt)}
+			Attempts: it.AttemptsMade, SandboxOf: it.SandboxOf, At: rfc3339(it.DeadAt)}
 		if full {
 			o.History = []attemptJSON{}
 			for _, a := range it.Attempts {
-				o.History = append(o.History, attemptJSON{a.Attempt, rfc3339(a.Start), a.Duration.Seconds(), a.Class, a.Error, a.Worker})
+				o.History = append(o.History, attemptJSON{a.Attempt, rfc3339(a.Start), millis(a.Duration), a.Class, a.Error, a.Worker})
 			}
 			o.Args = rawOrString(it.Payload)
 		}
@@ -322,18 +331,25 @@ func printDead(w io.Writer, items []admin.DeadItem) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tLANE\tKIND\tTENANT\tREASON\tATTEMPTS\tDEAD FOR\tERROR")
 	for _, it := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", term(it.ID), term(it.Lane), term(it.Kind), dash(it.Tenant), term(string(it.Reason)), len(it.Attempts), since(it.DeadAt), oneLine(it.Error, 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", term(it.ID), term(it.Lane), term(it.Kind), dash(it.Tenant), term(string(it.Reason)), it.AttemptsMade, since(it.DeadAt), oneLine(it.Error, 80))
 	}
 	tw.Flush()
 }
 
 func printDeadItem(w io.Writer, it *admin.DeadItem) {
+	if it.SandboxOf != "" {
+		fmt.Fprintf(w, "sandbox   a sandbox copy of dead letter %s (its effects were not performed)\n", term(it.SandboxOf))
+	}
 	fmt.Fprintf(w, "task      %s\nlane      %s\nkind      %s\ntenant    %s\nreason    %s\ndead at   %s (%s ago)\nerror     %s\nargs      %s\n",
 		term(it.ID), term(it.Lane), term(it.Kind), dash(it.Tenant), term(string(it.Reason)), rfc3339(it.DeadAt), since(it.DeadAt), dash(it.Error), dash(string(it.Payload)))
 	if len(it.Attempts) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\nattempts:")
+	if len(it.Attempts) < it.AttemptsMade {
+		fmt.Fprintf(w, "\nattempts: %d made; the history below holds %d of them (the others need the ledger: tasks show %s --ledger DSN)\n", it.AttemptsMade, len(it.Attempts), term(it.ID))
+	} else {
+		fmt.Fprintf(w, "\nattempts: %d\n", it.AttemptsMade)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tSTARTED\tTOOK\tCLASS\tWORKER\tERROR")
 	for _, a := range it.Attempts {

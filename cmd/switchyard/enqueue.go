@@ -37,10 +37,12 @@ func runPeek(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer done()
-	ms, err := ops.Peek(ctx, admin.Scope{Tenant: *tenant}, *lane, *n)
+	res, err := ops.PeekLane(ctx, admin.Scope{Tenant: *tenant}, *lane, *n)
 	if err != nil {
 		return err
 	}
+	ms := res.Messages
+	readNotes(stderr, res.Mode, false, res.Truncated, "ready messages")
 	if *c.asJSON {
 		type row struct {
 			ID          string            `json:"id"`

@@ -34,8 +34,6 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	c := newOpsCmd("lanes "+sub, lanesUsage, stderr)
-	var laneList listFlag
-	c.fs.Var(&laneList, "lanes", "lanes to show when the broker cannot list its own (comma-separated; default: the four default lanes)")
 	var histLane *string
 	var histLimit *int
 	if sub == "history" {
@@ -67,7 +65,7 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	ctx, cancel := context.WithTimeout(ctx, *c.timeout)
 	defer cancel()
-	ops, done, err := c.open(ctx, admin.Config{Lanes: laneList})
+	ops, done, err := c.open(ctx, admin.Config{})
 	if err != nil {
 		return err
 	}
@@ -77,11 +75,17 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := ops.PauseLane(ctx, pos[0], c.who()); err != nil {
 			return err
 		}
+		if *c.asJSON {
+			return writeJSON(stdout, laneDone{Lane: pos[0], Paused: true, By: c.who().String()})
+		}
 		fmt.Fprintf(stdout, "paused lane %s: servers on this ledger start none of its tasks until it is resumed\n", pos[0])
 		return nil
 	case "resume":
 		if err := ops.ResumeLane(ctx, pos[0], c.who()); err != nil {
 			return err
+		}
+		if *c.asJSON {
+			return writeJSON(stdout, laneDone{Lane: pos[0], Paused: false, By: c.who().String()})
 		}
 		fmt.Fprintf(stdout, "resumed lane %s\n", pos[0])
 		return nil
@@ -98,20 +102,21 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *c.asJSON {
 		type row struct {
-			Lane             string  `json:"lane"`
-			Ready            int64   `json:"ready"`
-			InFlight         int64   `json:"in_flight"`
-			Delayed          int64   `json:"delayed"`
-			DeadLettered     int64   `json:"dead_lettered"`
-			OldestReadySec   float64 `json:"oldest_ready_seconds"`
-			ObjectiveSeconds float64 `json:"objective_seconds"`
-			Late             bool    `json:"late"`
-			Paused           bool    `json:"paused"`
-			PausedBy         string  `json:"paused_by,omitempty"`
+			Lane          string  `json:"lane"`
+			Ready         int64   `json:"ready"`
+			InFlight      int64   `json:"in_flight"`
+			Delayed       int64   `json:"delayed"`
+			DeadLettered  int64   `json:"dead_lettered"`
+			OldestReadyMS float64 `json:"oldest_ready_ms"`
+			ObjectiveMS   float64 `json:"objective_ms"`
+			Late          bool    `json:"late"`
+			Paused        bool    `json:"paused"`
+			PausedBy      string  `json:"paused_by,omitempty"`
+			PauseKnown    bool    `json:"pause_known"`
 		}
 		out := make([]row, 0, len(ls))
 		for _, l := range ls {
-			out = append(out, row{l.Lane, l.Ready, l.InFlight, l.Delayed, l.DeadLettered, l.OldestReady.Seconds(), l.Objective.Seconds(), l.Late, l.Paused, l.PausedBy})
+			out = append(out, row{l.Lane, l.Ready, l.InFlight, l.Delayed, l.DeadLettered, millis(l.OldestReady), millis(l.Objective), l.Late, l.Paused, l.PausedBy, l.PauseKnown})
 		}
 		return writeJSON(stdout, out)
 	}
@@ -119,6 +124,9 @@ func runLanes(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintln(tw, "LANE\tREADY\tIN FLIGHT\tDELAYED\tDEAD\tOLDEST READY\tOBJECTIVE\tSTATE")
 	for _, l := range ls {
 		state := "running"
+		if !l.PauseKnown {
+			state = "unknown (needs the ledger)"
+		}
 		if l.Paused {
 			state = "paused by " + dash(l.PausedBy)
 		}
@@ -163,4 +171,11 @@ func printLaneEvents(w io.Writer, es []ledger.LaneEvent, asJSON bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", rfc3339(e.At), since(e.At), term(e.Lane), action(e), dash(e.Actor))
 	}
 	return tw.Flush()
+}
+
+// laneDone is the --json output of lanes pause and resume.
+type laneDone struct {
+	Lane   string `json:"lane"`
+	Paused bool   `json:"paused"`
+	By     string `json:"by"`
 }

@@ -5,12 +5,15 @@
 //	switchyard demo                                   run the AI pipeline demo on the embedded broker
 //	switchyard stats --broker URL                     per-lane ready / in flight / delayed / dead / oldest age
 //	switchyard lanes ls|pause|resume --broker URL     lanes at a glance; pause and resume (with --ledger)
-//	switchyard tasks ls|show --broker URL --ledger DSN   tasks by state, kind, lane, tenant; one task's timeline
+//	switchyard servers --broker URL --ledger DSN      the fleet: every registered Server, live or gone
+//	switchyard scale --broker URL --lane L [--json]   the worker slots a lane wants now
+//	switchyard tasks ls|show|cancel|result --broker URL --ledger DSN   tasks by state, kind, lane, tenant; one task's timeline; cancel; result
 //	switchyard dlq ls|show|replay|move|purge --broker URL   dead letters with their reasons, and what to do with them
 //	switchyard peek --broker URL --lane L             the next ready messages, without taking them
 //	switchyard enqueue --broker URL --kind K --args JSON   enqueue one task (arguments from stdin without --args)
 //	switchyard review ls|show|claim|approve|reject    the human-review queue
 //	switchyard admin --broker URL --ledger DSN --listen ADDR   the admin API, ingestion and the dashboard
+//	switchyard spend --ledger DSN [--by tenant,model] model spend and cached-token share, from the ledger
 //	switchyard migrate --from URL --to URL            move queued and dead-lettered messages between brokers
 //	switchyard bench embedded|broker|lanes|runtime|fleet|prune   throughput, lane isolation, the runtime against the adapter,
 //	                                                  worker processes sharing a ledger, pruning at scale
@@ -21,7 +24,10 @@
 // would affect and ask first unless --yes; on a terminal they draw a
 // progress bar on stderr. Bad input (an unknown task, a bad filter, a bad
 // URL, a missing flag) is reported on stderr with a non-zero exit status,
-// and changes nothing. Every command accepts -h for its flags.
+// and changes nothing. Every command accepts -h for its flags (and exits
+// 0). The operator commands open existing stores only (--create makes a
+// new one) and refuse lanes nobody knows (--lanes declares more); stats
+// --watch keeps the table live.
 package main
 
 import (
@@ -46,12 +52,15 @@ func commands() []command {
 		{"demo", "run the ingest → chunk → embed → summarize → sync pipeline on the embedded broker", runDemo},
 		{"stats", "print per-lane queue depths for a broker URL", runStats},
 		{"lanes", "list lanes with depths and pause state; pause or resume a lane; who paused and resumed it", runLanes},
-		{"tasks", "list tasks from the ledger, or show one with its timeline", runTasks},
+		{"servers", "list the worker processes registered in the ledger: host, pid, lanes, slots busy and free, heartbeat", runServers},
+		{"scale", "how many worker slots a lane wants now (scale --lane L [--json]), for autoscaling scripts", runScale},
+		{"tasks", "list tasks from the ledger, show one with its timeline, cancel them, read a result", runTasks},
 		{"dlq", "list, show, replay, move or purge dead letters", runDLQ},
 		{"peek", "show the next ready messages of a lane without taking them", runPeek},
 		{"enqueue", "enqueue one task with JSON arguments", runEnqueue},
 		{"review", "list, claim, approve or reject tasks awaiting human review", runReview},
 		{"admin", "serve the admin HTTP API, the ingestion endpoint and the web dashboard", runAdmin},
+		{"spend", "model spend by tenant, model, kind, mode or cache key, with the cached-token share (provider-batch lane)", runSpend},
 		{"migrate", "move queued and dead-lettered messages from one broker to another", runMigrate},
 		{"bench", "measure throughput (bench embedded | broker --broker URL) or lane isolation (bench lanes), or the runtime through the public API (bench runtime --broker URL [--ledger DSN]), worker processes sharing a ledger (bench fleet --ledger DSN), pruning at scale (bench prune --ledger DSN)", runBench},
 	}
@@ -80,10 +89,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			switch {
 			case err == nil:
 				return 0
+			case errors.Is(err, errUsage) && asksHelp(args[1:]):
+				return 0 // the usage it printed is what was asked for
 			case errors.Is(err, errUsage):
 				return 2
 			default:
-				fmt.Fprintf(stderr, "switchyard %s: %s\n", c.name, term(err.Error()))
+				fmt.Fprintf(stderr, "switchyard %s: %s\n", c.name, errText(err))
 				return 1
 			}
 		}
@@ -91,6 +102,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "switchyard: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// asksHelp reports whether args ask for help (-h, -help or --help before
+// a "--").
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "help":
+			return true
+		}
+	}
+	return false
 }
 
 func usage(w io.Writer) {

@@ -68,7 +68,10 @@ func TestCLI_ReviewBadInput(t *testing.T) {
 	dir := t.TempDir()
 	url := "embedded://" + filepath.Join(dir, "q.db")
 	dsn := "sqlite://" + filepath.Join(dir, "l.db")
-	code, out, _ := runCLI(t, "review", "ls", "--broker", url, "--ledger", dsn, "--json")
+	if code, _, errs := runCLI(t, "review", "ls", "--broker", url, "--ledger", dsn, "--json"); code != 1 || !strings.Contains(errs, "no such database: "+filepath.Join(dir, "l.db")) {
+		t.Fatalf("review ls on a ledger that does not exist: code %d, %q; want no such database", code, errs)
+	}
+	code, out, _ := runCLI(t, "review", "ls", "--broker", url, "--ledger", dsn, "--json", "--create")
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Fatalf("empty review ls: code %d, %q", code, out)
 	}

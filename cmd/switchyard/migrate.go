@@ -13,15 +13,18 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/migrate"
 )
 
-const migrateUsage = `usage: switchyard migrate --from URL --to URL [--lanes a,b] [--include-dead-letters] [--dry-run] [--wait 0s] [--yes]
+const migrateUsage = `usage: switchyard migrate --from URL --to URL [--lanes a,b] [--include-dead-letters] [--dry-run] [--wait 0s] [--ledger DSN] [--yes]
   Copies ready (and, as they come due within --wait, delayed) messages and,
   with --include-dead-letters, dead letters with their reasons and history,
   from one broker to another of the same namespace. Each message is
   published to the target and confirmed before it leaves the source, and a
-  journal makes an interrupted run safe to run again.`
+  journal makes an interrupted run safe to run again. Keyed messages moved
+  to a broker without native ordering (RabbitMQ, NATS, SQS standard) are
+  numbered by the ledger's sequencer: give the fleet's --ledger.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
@@ -34,6 +37,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	wait := fs.Duration("wait", 0, "how long to wait for delayed or leased messages to become movable")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	stateDir := fs.String("state-dir", "", "where the journal lives (default: the user cache directory)")
+	ledgerDSN := fs.String("ledger", "", "the fleet's ledger DSN: orders keyed messages on a target without native ordering")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return errUsage
@@ -86,7 +90,16 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				fmt.Fprintln(stderr, line)
 			}
 		}}
-	rep, err := migrate.RunURL(ctx, *from, *to, nil, opts)
+	var topts *broker.Options
+	if *ledgerDSN != "" {
+		L, err := ledger.Open(ctx, *ledgerDSN)
+		if err != nil {
+			return err
+		}
+		defer L.Close()
+		topts = &broker.Options{Sequencer: ledger.SequencerOf(L)}
+	}
+	rep, err := migrate.RunURL(ctx, *from, *to, topts, opts)
 	if tty {
 		fmt.Fprintln(stderr)
 	}

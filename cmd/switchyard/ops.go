@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -30,6 +31,8 @@ type opsCmd struct {
 	asJSON  *bool
 	actor   *string
 	timeout *time.Duration
+	create  *bool
+	lanes   listFlag
 }
 
 func newOpsCmd(name, usage string, stderr io.Writer) *opsCmd {
@@ -41,6 +44,8 @@ func newOpsCmd(name, usage string, stderr io.Writer) *opsCmd {
 	c.asJSON = fs.Bool("json", false, "print JSON for scripts instead of a table")
 	c.actor = fs.String("actor", "", "who you are, for the ledger's event log (default: operator:$USER)")
 	c.timeout = fs.Duration("timeout", 5*time.Minute, "give up after this long")
+	c.create = fs.Bool("create", false, "create the broker's or ledger's database file when it does not exist (default: an error, \"no such database\")")
+	fs.Var(&c.lanes, "lanes", "the lanes your servers serve, besides the four default lanes and those holding messages (comma-separated)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, usage)
 		fmt.Fprintln(stderr, "\nflags:")
@@ -90,7 +95,8 @@ func (c *opsCmd) who() admin.Actor {
 }
 
 // open opens the ledger (when given), the broker and Ops over them. cfg's
-// Broker and Ledger are filled in.
+// Broker and Ledger are filled in, and --lanes added to the known lanes.
+// File-backed stores must exist unless --create (existingOnly).
 func (c *opsCmd) open(ctx context.Context, cfg admin.Config) (*admin.Ops, func(), error) {
 	var L ledger.Ledger
 	var err error
@@ -105,19 +111,22 @@ func (c *opsCmd) open(ctx context.Context, cfg admin.Config) (*admin.Ops, func()
 		return nil, nil, err
 	}
 	if *c.ledger != "" {
-		if L, err = ledger.Open(ctx, *c.ledger); err != nil {
+		if L, err = ledger.Open(ctx, existingOnly(*c.ledger, *c.create)); err != nil {
 			return nil, nil, err
 		}
 		closers = append(closers, func() { L.Close() })
 		bopts.Dedup = L
 	}
-	b, err := broker.Open(ctx, *c.broker, bopts)
+	b, err := broker.Open(ctx, existingOnly(*c.broker, *c.create), bopts)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
 	closers = append(closers, func() { b.Close() })
 	cfg.Broker, cfg.Ledger = b, L
+	if len(c.lanes) > 0 {
+		cfg.Lanes = append(defaultLaneNames(), c.lanes...)
+	}
 	ops, err := admin.New(cfg)
 	if err != nil {
 		closeAll()
@@ -244,4 +253,13 @@ func since(t time.Time) string {
 		return "-"
 	}
 	return age(time.Since(t))
+}
+
+// defaultLaneNames are the four default lanes' names.
+func defaultLaneNames() []string {
+	var out []string
+	for _, l := range lanes.Defaults() {
+		out = append(out, l.Name)
+	}
+	return out
 }

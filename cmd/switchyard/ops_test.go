@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ func newOpsEnv(t *testing.T) *opsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.b.Close() })
-	if e.ops, err = admin.New(admin.Config{Broker: e.b, Ledger: e.L, Kinds: map[string]admin.KindSpec{"pdf.parse": {}}}); err != nil {
+	// The application's own Ops: its servers serve custom-lane too.
+	lanes := append(defaultLaneNames(), "custom-lane")
+	if e.ops, err = admin.New(admin.Config{Broker: e.b, Ledger: e.L, Lanes: lanes, Kinds: map[string]admin.KindSpec{"pdf.parse": {}}}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -195,6 +198,10 @@ func TestCLI_DLQ(t *testing.T) {
 	}
 
 	// replay by id, confirmed on stdin; the ledger names the actor.
+	before, err := e.L.Get(e.ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
 	withStdin(t, "y\n")
 	code, out, errs = runCLI(t, append([]string{"dlq", "replay", "--id", a, "--actor", "operator:test"}, common...)...)
 	if code != 0 || !strings.Contains(out, "replayed 1 dead letter(s)") || !strings.Contains(errs, "replay this dead letter?") {
@@ -204,8 +211,26 @@ func TestCLI_DLQ(t *testing.T) {
 	if last := evs[len(evs)-1]; e.state(a) != ledger.Queued || last.Reason != "replayed" || last.Actor != "operator:test" {
 		t.Errorf("replayed task: %s %+v", e.state(a), last)
 	}
-	// move with --json.
-	code, out, _ = runCLI(t, append([]string{"dlq", "move", "--id", b, "--to", "reprocess", "--yes", "--json"}, common...)...)
+	// The replayed task is lined up for its next attempt, and says so
+	// rather than counting an attempt that has not run (issue 20, item 8).
+	next := before.Attempt + 1
+	code, out, _ = runCLI(t, append([]string{"tasks", "show", a, "--json"}, common...)...)
+	var shown struct {
+		Attempt     int `json:"attempt"`
+		NextAttempt int `json:"next_attempt"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &shown) != nil || shown.NextAttempt != next {
+		t.Errorf("tasks show of the replayed task: %d %+v, want next_attempt %d\n%s", code, shown, next, out)
+	}
+	code, out, _ = runCLI(t, append([]string{"tasks", "ls", "--state", "queued"}, common...)...)
+	if code != 0 || !strings.Contains(out, "next "+strconv.Itoa(next)) {
+		t.Errorf("tasks ls of the replayed task does not say \"next %d\": %d\n%s", next, code, out)
+	}
+	// move to a lane nobody serves is refused, naming the known ones.
+	expectFail(t, 1, `unknown lane "reprocess" (known lanes: batch, human-review, interactive, scheduled)`,
+		append([]string{"dlq", "move", "--id", b, "--to", "reprocess", "--yes"}, common...)...)
+	// move with --json, to a lane named with --lanes.
+	code, out, _ = runCLI(t, append([]string{"dlq", "move", "--id", b, "--to", "reprocess", "--lanes", "reprocess", "--yes", "--json"}, common...)...)
 	var rep struct {
 		Done   int
 		Failed []any
@@ -230,7 +255,7 @@ func TestCLI_DLQ(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "[]" {
 		t.Errorf("dlq ls after everything: %d %q", code, out)
 	}
-	code, out, _ = runCLI(t, "dlq", "purge", "--broker", e.url, "--yes")
+	code, out, _ = runCLI(t, "dlq", "purge", "--broker", e.url, "--yes", "--all")
 	if code != 0 || !strings.Contains(out, "no dead letters match") {
 		t.Errorf("purge of nothing: %d %q", code, out)
 	}

@@ -99,10 +99,16 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := ops.Claim(ctx, sc, id, who); err != nil {
 			return err
 		}
+		if *c.asJSON {
+			return writeJSON(stdout, reviewDone{ID: id, Done: "claimed", Reviewer: *reviewer})
+		}
 		fmt.Fprintf(stdout, "claimed %s for %s\n", term(id), term(*reviewer))
 	case "approve":
 		if err := ops.Approve(ctx, sc, id, who, *note); err != nil {
 			return err
+		}
+		if *c.asJSON {
+			return writeJSON(stdout, reviewDone{ID: id, Done: "approved", Reviewer: *reviewer, Note: *note})
 		}
 		fmt.Fprintf(stdout, "approved %s; it resumes in its lane\n", term(id))
 	case "reject":
@@ -112,9 +118,21 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err := ops.Reject(ctx, sc, id, who, *reason); err != nil {
 			return err
 		}
+		if *c.asJSON {
+			return writeJSON(stdout, reviewDone{ID: id, Done: "rejected", Reviewer: *reviewer, Reason: *reason})
+		}
 		fmt.Fprintf(stdout, "rejected %s\n", term(id))
 	}
 	return nil
+}
+
+// reviewDone is the --json output of claim, approve and reject.
+type reviewDone struct {
+	ID       string `json:"id"`
+	Done     string `json:"done"`
+	Reviewer string `json:"reviewer"`
+	Note     string `json:"note,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // parseInterspersed parses flags that may come before or after positional
@@ -134,22 +152,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 type reviewOut struct {
-	ID         string  `json:"id"`
-	Kind       string  `json:"kind"`
-	Lane       string  `json:"lane"`
-	Tenant     string  `json:"tenant"`
-	Reason     string  `json:"reason"`
-	Action     string  `json:"action"`
-	Since      string  `json:"since"`
-	AgeSeconds float64 `json:"age_seconds"`
-	ClaimedBy  string  `json:"claimed_by"`
+	ID        string  `json:"id"`
+	Kind      string  `json:"kind"`
+	Lane      string  `json:"lane"`
+	Tenant    string  `json:"tenant"`
+	Reason    string  `json:"reason"`
+	Action    string  `json:"action"`
+	Since     string  `json:"since"`
+	AgeMS     float64 `json:"age_ms"`
+	ClaimedBy string  `json:"claimed_by"`
 }
 
 func reviewJSON(items ...*switchyard.ReviewItem) []reviewOut {
 	out := make([]reviewOut, 0, len(items))
 	for _, it := range items {
 		out = append(out, reviewOut{it.Task.ID, it.Task.Kind, it.Task.Lane, it.Task.Tenant, it.Reason, it.Action,
-			it.Since.UTC().Format(time.RFC3339Nano), it.Age.Seconds(), it.ClaimedBy})
+			it.Since.UTC().Format(time.RFC3339Nano), millis(it.Age), it.ClaimedBy})
 	}
 	return out
 }

@@ -21,21 +21,62 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	laneList := fs.String("lanes", "", "comma-separated lanes (default: the lanes the broker reports, else the four default lanes)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	watch := fs.Duration("watch", 0, "print the stats again every this long (e.g. 2s) until interrupted; with --json, one JSON array a line")
+	count := fs.Int("count", 0, "with --watch, stop after this many frames (default: until interrupted)")
+	create := fs.Bool("create", false, "create the broker's database file when it does not exist (default: an error, \"no such database\")")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
 	}
 	if *url == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: switchyard stats --broker URL [--lanes a,b] [--json]")
+		fmt.Fprintln(stderr, "usage: switchyard stats --broker URL [--lanes a,b] [--json] [--watch 2s [--count N]]")
 		return errUsage
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	if *watch < 0 || *count < 0 || (*count > 0 && *watch == 0) {
+		return fmt.Errorf("--watch must be a positive interval, and --count needs --watch")
+	}
+	octx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	b, err := broker.Open(ctx, *url, nil)
+	b, err := broker.Open(octx, existingOnly(*url, *create), nil)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	names, err := statLanes(ctx, b, *laneList)
+	if *watch == 0 {
+		return statsFrame(octx, b, *laneList, *asJSON, false, stdout)
+	}
+	// --watch: a frame every interval until interrupted (or --count
+	// frames); each frame's reads have --timeout.
+	tty := isTerminal(stdout)
+	t := time.NewTicker(*watch)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		if tty && !*asJSON {
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J") // clear the screen
+		}
+		if !*asJSON {
+			fmt.Fprintf(stdout, "%s  (every %s; Ctrl-C stops)\n", time.Now().Format("15:04:05"), *watch)
+		}
+		fctx, cancel := context.WithTimeout(ctx, *timeout)
+		err := statsFrame(fctx, b, *laneList, *asJSON, true, stdout)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if *count > 0 && n >= *count {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil // interrupted: a normal end of watching
+		case <-t.C:
+		}
+	}
+}
+
+// statsFrame prints the lanes' stats once: a table, or JSON (one line per
+// frame when watching).
+func statsFrame(ctx context.Context, b *broker.Broker, laneList string, asJSON, watching bool, stdout io.Writer) error {
+	names, err := statLanes(ctx, b, laneList)
 	if err != nil {
 		return err
 	}
@@ -47,21 +88,23 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		rows = append(rows, s)
 	}
-	if *asJSON {
+	if asJSON {
 		type row struct {
-			Lane           string  `json:"lane"`
-			Ready          int64   `json:"ready"`
-			InFlight       int64   `json:"in_flight"`
-			Delayed        int64   `json:"delayed"`
-			DeadLettered   int64   `json:"dead_lettered"`
-			OldestReadySec float64 `json:"oldest_ready_seconds"`
+			Lane          string  `json:"lane"`
+			Ready         int64   `json:"ready"`
+			InFlight      int64   `json:"in_flight"`
+			Delayed       int64   `json:"delayed"`
+			DeadLettered  int64   `json:"dead_lettered"`
+			OldestReadyMS float64 `json:"oldest_ready_ms"`
 		}
 		out := make([]row, 0, len(rows))
 		for _, s := range rows {
-			out = append(out, row{s.Lane, s.Ready, s.InFlight, s.Delayed, s.DeadLettered, s.OldestReady.Seconds()})
+			out = append(out, row{s.Lane, s.Ready, s.InFlight, s.Delayed, s.DeadLettered, millis(s.OldestReady)})
 		}
 		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
+		if !watching {
+			enc.SetIndent("", "  ")
+		}
 		return enc.Encode(out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)

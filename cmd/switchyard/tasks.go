@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -15,9 +16,11 @@ import (
 const tasksUsage = `usage: switchyard tasks <ls|show> --broker URL --ledger DSN [flags]
   ls        tasks from the ledger, oldest first
             filters: --state S (repeatable: queued, running, retry_wait, awaiting_review,
-            completed, failed, dead, rejected, cancelled), --kind K, --lane L, --tenant T,
+            awaiting_event, completed, failed, dead, rejected, cancelled), --kind K, --lane L, --tenant T,
             --limit N (default 50, at most 1000), --after ID (the next page)
-  show ID   one task with its attempts, timeline (event log) and effects`
+  show ID   one task with its attempts, timeline (event log) and effects
+  cancel    cancel live tasks by ID or filter, after a preview (tasks cancel -h)
+  result ID a task's result; --wait blocks until it is done`
 
 func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -25,6 +28,12 @@ func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errUsage
 	}
 	sub := args[0]
+	switch sub {
+	case "cancel":
+		return runTasksCancel(ctx, args[1:], stdout, stderr) // tasks_cancel.go
+	case "result":
+		return runTasksResult(ctx, args[1:], stdout, stderr)
+	}
 	if sub != "ls" && sub != "show" {
 		fmt.Fprintf(stderr, "unknown tasks command %q\n%s\n", sub, tasksUsage)
 		return errUsage
@@ -84,7 +93,7 @@ func runTasks(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tSTATE\tKIND\tLANE\tTENANT\tATTEMPT\tUPDATED\tERROR")
 	for _, t := range page.Tasks {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s ago\t%s\n", term(t.ID), t.State, term(t.Kind), term(t.Lane), dash(t.Tenant), t.Attempt, since(t.UpdatedAt), oneLine(t.LastError, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s ago\t%s\n", term(t.ID), t.State, term(t.Kind), term(t.Lane), dash(t.Tenant), attemptCell(t), since(t.UpdatedAt), oneLine(t.LastError, 60))
 	}
 	tw.Flush()
 	if page.Next != "" {
@@ -102,6 +111,7 @@ type taskOut struct {
 	Key         string            `json:"idempotency_key,omitempty"`
 	OrderingKey string            `json:"ordering_key,omitempty"`
 	Attempt     int               `json:"attempt"`
+	NextAttempt int               `json:"next_attempt,omitempty"` // queued or waiting to retry: the number the next attempt takes
 	MaxAttempts int               `json:"max_attempts,omitempty"`
 	RunAt       string            `json:"run_at,omitempty"`
 	Deadline    string            `json:"deadline,omitempty"`
@@ -115,7 +125,7 @@ type taskOut struct {
 
 func taskJSON(t *ledger.Task) taskOut {
 	return taskOut{ID: t.ID, State: string(t.State), Kind: t.Kind, Lane: t.Lane, Tenant: t.Tenant, Key: t.IdempotencyKey, OrderingKey: t.OrderingKey,
-		Attempt: t.Attempt, MaxAttempts: t.MaxAttempts, RunAt: rfc3339(t.RunAt), Deadline: rfc3339(t.Deadline), Metadata: t.Metadata,
+		Attempt: t.Attempt, NextAttempt: t.NextAttempt(), MaxAttempts: t.MaxAttempts, RunAt: rfc3339(t.RunAt), Deadline: rfc3339(t.Deadline), Metadata: t.Metadata,
 		Args: rawOrString(t.Args), Result: rawOrString(t.Result), LastError: t.LastError, CreatedAt: rfc3339(t.CreatedAt), UpdatedAt: rfc3339(t.UpdatedAt)}
 }
 
@@ -130,13 +140,13 @@ type eventOut struct {
 }
 
 type taskAttemptOut struct {
-	Number          int     `json:"number"`
-	Worker          string  `json:"worker,omitempty"`
-	Start           string  `json:"start"`
-	DurationSeconds float64 `json:"duration_seconds"`
-	Outcome         string  `json:"outcome"`
-	Class           string  `json:"class,omitempty"`
-	Error           string  `json:"error,omitempty"`
+	Number     int     `json:"number"`
+	Worker     string  `json:"worker,omitempty"`
+	Start      string  `json:"start"`
+	DurationMS float64 `json:"duration_ms"`
+	Outcome    string  `json:"outcome"`
+	Class      string  `json:"class,omitempty"`
+	Error      string  `json:"error,omitempty"`
 }
 
 type effectOut struct {
@@ -155,7 +165,7 @@ func taskInfoJSON(info *switchyard.TaskInfo) any {
 		Effects  []effectOut      `json:"effects"`
 	}{taskOut: taskJSON(info.Task), Attempts: []taskAttemptOut{}, Events: []eventOut{}, Effects: []effectOut{}}
 	for _, a := range info.Attempts {
-		out.Attempts = append(out.Attempts, taskAttemptOut{a.Number, a.Worker, rfc3339(a.Start), a.Duration.Seconds(), a.Outcome, a.Class, a.Error})
+		out.Attempts = append(out.Attempts, taskAttemptOut{a.Number, a.Worker, rfc3339(a.Start), millis(a.Duration), a.Outcome, a.Class, a.Error})
 	}
 	for _, e := range info.Events {
 		out.Events = append(out.Events, eventOut{e.Seq, rfc3339(e.At), string(e.From), string(e.To), e.Reason, e.Detail, e.Actor})
@@ -208,4 +218,14 @@ func printTaskInfo(w io.Writer, info *switchyard.TaskInfo) {
 		}
 		tw.Flush()
 	}
+}
+
+// attemptCell is a task's ATTEMPT column: the latest attempt's number, or
+// "next N" for a task lined up to run again, whose Attempt can already
+// be the next attempt's number (ledger.Task.NextAttempt).
+func attemptCell(t *ledger.Task) string {
+	if n := t.NextAttempt(); n > 0 {
+		return "next " + strconv.Itoa(n)
+	}
+	return strconv.Itoa(t.Attempt)
 }

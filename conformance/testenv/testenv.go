@@ -11,17 +11,20 @@
 //  2. The local default (RabbitMQ amqp://guest:guest@127.0.0.1:5672/, Redis
 //     127.0.0.1:6379, NATS nats://127.0.0.1:4222, PostgreSQL
 //     postgres://postgres@127.0.0.1:5432/test) when something listens there.
-//  3. A container started with testcontainers-go when a Docker engine is
-//     reachable (SQS through LocalStack).
-//  4. Otherwise the test is skipped with the reason, except when
+//  3. Otherwise the test is skipped with the reason, except when
 //     SWITCHYARD_REQUIRE_BROKERS=1, where it fails.
+//
+// No container is started here: testcontainers-go and the Docker client
+// would enter the library module's test imports, and so every user's
+// go.sum. With Docker and no local brokers, run the images that
+// switchyardtest/containers documents (docker run -p …) and set the
+// variables; a user's tests get containers from that module directly.
 //
 // A service is checked with a TCP dial, so a skip says which address was
 // tried and why it was refused.
 package testenv
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -39,18 +42,15 @@ type Service struct {
 	Name    string // human name, e.g. "RabbitMQ"
 	EnvVar  string // e.g. SWITCHYARD_RABBITMQ_URL
 	Default string // local default endpoint ("" when there is none)
-	// container starts the service with testcontainers-go and returns its
-	// endpoint in the same form as EnvVar.
-	container func(ctx context.Context) (string, func(), error)
 }
 
 // The services the tests use.
 var (
-	RabbitMQ = Service{Name: "RabbitMQ", EnvVar: "SWITCHYARD_RABBITMQ_URL", Default: "amqp://guest:guest@127.0.0.1:5672/", container: startRabbitMQ}
-	Redis    = Service{Name: "Redis", EnvVar: "SWITCHYARD_REDIS_ADDR", Default: "127.0.0.1:6379", container: startRedis}
-	NATS     = Service{Name: "NATS JetStream", EnvVar: "SWITCHYARD_NATS_URL", Default: "nats://127.0.0.1:4222", container: startNATS}
-	SQS      = Service{Name: "SQS", EnvVar: "SWITCHYARD_SQS_ENDPOINT", Default: "", container: startLocalStack}
-	Postgres = Service{Name: "PostgreSQL", EnvVar: "SWITCHYARD_POSTGRES_DSN", Default: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable", container: startPostgres}
+	RabbitMQ = Service{Name: "RabbitMQ", EnvVar: "SWITCHYARD_RABBITMQ_URL", Default: "amqp://guest:guest@127.0.0.1:5672/"}
+	Redis    = Service{Name: "Redis", EnvVar: "SWITCHYARD_REDIS_ADDR", Default: "127.0.0.1:6379"}
+	NATS     = Service{Name: "NATS JetStream", EnvVar: "SWITCHYARD_NATS_URL", Default: "nats://127.0.0.1:4222"}
+	SQS      = Service{Name: "SQS", EnvVar: "SWITCHYARD_SQS_ENDPOINT", Default: ""}
+	Postgres = Service{Name: "PostgreSQL", EnvVar: "SWITCHYARD_POSTGRES_DSN", Default: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"}
 )
 
 // RequireBrokers reports whether SWITCHYARD_REQUIRE_BROKERS=1 is set: a
@@ -61,13 +61,12 @@ var (
 	mu        sync.Mutex
 	resolved  = map[string]string{}
 	failures  = map[string]string{}
-	cleanups  []func()
 	dialCheck = reachable
 )
 
 // Endpoint returns the service's endpoint, or skips (or fails, when brokers
 // are required) the test with the reason it is unavailable. The result is
-// cached per process, so a container is started at most once.
+// cached per process.
 func (s Service) Endpoint(t testing.TB) string {
 	t.Helper()
 	ep, why := s.resolve()
@@ -120,33 +119,7 @@ func (s Service) find() (string, string) {
 	} else {
 		reasons = append(reasons, s.EnvVar+" is not set and there is no local default")
 	}
-	if s.container != nil {
-		if why := dockerUnavailable(); why != "" {
-			reasons = append(reasons, "no container fallback: "+why)
-		} else {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			ep, stop, err := s.container(ctx)
-			if err == nil {
-				cleanups = append(cleanups, stop)
-				return ep, ""
-			}
-			reasons = append(reasons, "testcontainers: "+err.Error())
-		}
-	}
 	return "", strings.Join(reasons, "; ")
-}
-
-// Cleanup stops any containers this process started. Call it from TestMain
-// after m.Run when a package may start containers; containers are also
-// reaped by testcontainers' Ryuk when the process exits.
-func Cleanup() {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, c := range cleanups {
-		c()
-	}
-	cleanups = nil
 }
 
 // reachable dials the host:port of an endpoint given as a URL, a DSN URL or

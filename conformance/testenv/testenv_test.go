@@ -27,7 +27,7 @@ func TestHostPort(t *testing.T) {
 }
 
 // TestResolve_Unreachable: an endpoint that refuses connections gives the
-// reason (with the password hidden), and no Docker means no container.
+// reason (with the password hidden), and a silent default says so.
 func TestResolve_Unreachable(t *testing.T) {
 	t.Setenv("SWITCHYARD_TEST_ONLY_URL", "amqp://user:secret@127.0.0.1:1/")
 	s := Service{Name: "test-only", EnvVar: "SWITCHYARD_TEST_ONLY_URL"}
@@ -39,7 +39,7 @@ func TestResolve_Unreachable(t *testing.T) {
 	defer func() { dialCheck = old }()
 	dialCheck = func(string) error { return errors.New("refused") }
 	t.Setenv("SWITCHYARD_TEST_ONLY_URL", "")
-	s = Service{Name: "test-only-2", EnvVar: "SWITCHYARD_TEST_ONLY_URL", Default: "127.0.0.1:1", container: startRedis}
+	s = Service{Name: "test-only-2", EnvVar: "SWITCHYARD_TEST_ONLY_URL", Default: "127.0.0.1:1"}
 	if ep, why := s.find(); ep != "" || !strings.Contains(why, "nothing at the default") {
 		t.Fatalf("find() = %q, %q", ep, why)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +16,8 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchyard-dev/switchyard/adapters/gcppubsub"
+	pgbroker "github.com/switchyard-dev/switchyard/adapters/postgres"
 	"github.com/switchyard-dev/switchyard/adapters/sqs"
 	"github.com/switchyard-dev/switchyard/broker"
 )
@@ -25,7 +28,8 @@ var benchLanes = []string{"rawbench", "interactive", "scheduled", "batch", "huma
 
 // CleanNamespace removes, best effort, what a run created in namespace ns
 // of the broker at rawURL (which carries ns): RabbitMQ queues, NATS
-// streams, asynq keys, SQS queues. Failures are logged, not returned.
+// streams, asynq keys, SQS queues, the postgres:// broker's schema, Pub/Sub
+// topics and subscriptions. Failures are logged, not returned.
 func CleanNamespace(rawURL, ns string, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -41,12 +45,37 @@ func CleanNamespace(rawURL, ns string, log *slog.Logger) {
 		cerr = cleanNATS(ctx, u, ns)
 	case "redis", "rediss", "asynq":
 		cerr = cleanAsynq(ctx, u, ns)
+	case "redis-streams":
+		cerr = cleanRedisStreams(ctx, u, ns)
 	case "sqs":
 		cerr = cleanSQS(ctx, u, ns)
+	case "postgres", "postgresql":
+		cerr = cleanPostgresBroker(ctx, u, ns)
+	case "gcppubsub":
+		cerr = cleanPubSub(ctx, u)
 	}
 	if cerr != nil {
 		log.Warn("runtimebench: cleanup failed; the namespace is left behind", "broker", broker.Redact(u), "namespace", ns, "error", cerr)
 	}
+}
+
+// cleanPostgresBroker drops the schema of the postgres:// broker's
+// namespace.
+func cleanPostgresBroker(ctx context.Context, u *url.URL, ns string) error {
+	a := *u
+	a.Scheme = "postgres"
+	q := a.Query()
+	for _, p := range []string{"namespace", "schema", "dedup_window", "max_message_size", "max_batch", "default_max_attempts", "poll", "create"} {
+		q.Del(p)
+	}
+	a.RawQuery = q.Encode()
+	conn, err := pgx.Connect(ctx, a.String())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{pgbroker.SchemaFor(ns)}.Sanitize()+` CASCADE`)
+	return err
 }
 
 func cleanRabbitMQ(u *url.URL, ns string) error {
@@ -133,6 +162,37 @@ func cleanAsynq(ctx context.Context, u *url.URL, ns string) error {
 	return nil
 }
 
+// cleanRedisStreams unlinks the keys of a redis-streams namespace (the
+// URL's prefix, default "sy").
+func cleanRedisStreams(ctx context.Context, u *url.URL, ns string) error {
+	opt := &redis.Options{Addr: u.Host}
+	if p, ok := u.User.Password(); ok {
+		opt.Password = p
+	}
+	if db, err := strconv.Atoi(strings.Trim(u.Path, "/")); err == nil {
+		opt.DB = db
+	}
+	prefix := u.Query().Get("prefix")
+	if prefix == "" {
+		prefix = "sy"
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, prefix+":{"+ns+"}:*", 1000).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
+}
+
 func cleanSQS(ctx context.Context, u *url.URL, ns string) error {
 	a := *u
 	q := a.Query()
@@ -151,6 +211,26 @@ func cleanSQS(ctx context.Context, u *url.URL, ns string) error {
 		_, _ = d.Client().DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: aws.String(qu)})
 	}
 	return nil
+}
+
+// cleanPubSub deletes the bench lanes' topics and subscriptions.
+func cleanPubSub(ctx context.Context, u *url.URL) error {
+	a := *u
+	q := a.Query()
+	q.Set("create", "false")
+	a.RawQuery = q.Encode()
+	d, err := gcppubsub.Open(ctx, &a)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	var first error
+	for _, lane := range benchLanes {
+		if err := d.DeleteLane(ctx, lane); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // dropSchema drops the ledger schema ns of dsn's database.

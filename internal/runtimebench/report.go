@@ -32,7 +32,7 @@ type Report struct {
 }
 
 // Modes is the order of a run.
-var Modes = []Mode{Raw, LedgerOff, LedgerOn, LedgerOnBulk, LedgerOnStepEff}
+var Modes = []Mode{Raw, LedgerOff, LedgerOn, LedgerOnBulk, LedgerOnStepEff, LedgerOffKeyed, LedgerOnKeyed}
 
 // Suite runs every mode runs times (raw, ledger off, ledger on, bulk, step
 // + effect; then again), so slow drift of the machine touches every row
@@ -47,9 +47,13 @@ func Suite(ctx context.Context, cfg Config, runs int, progress io.Writer) (*Repo
 	if rep.Broker == "" {
 		rep.Broker = "embedded (temporary file)"
 	}
-	rep.All = make([][]Result, len(Modes))
+	modes := Modes
+	if len(cfg.Modes) > 0 {
+		modes = cfg.Modes
+	}
+	rep.All = make([][]Result, len(modes))
 	for r := 0; r < runs; r++ {
-		for i, m := range Modes {
+		for i, m := range modes {
 			if progress != nil {
 				fmt.Fprintf(progress, "run %d/%d: %s…\n", r+1, runs, m)
 			}
@@ -111,6 +115,10 @@ func Label(m Mode, ledgerDSN string) string {
 		return "runtime, " + store + ", EnqueueMany"
 	case LedgerOnStepEff:
 		return "runtime, " + store + ", 1 Step + 1 Effect"
+	case LedgerOffKeyed:
+		return "runtime, ledger off, ordering keys"
+	case LedgerOnKeyed:
+		return "runtime, " + store + ", ordering keys"
 	}
 	return string(m)
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,11 @@ const (
 	LedgerOn        Mode = "ledger-on"
 	LedgerOnBulk    Mode = "ledger-on-bulk"
 	LedgerOnStepEff Mode = "ledger-on-step-effect"
+	// The keyed modes give every task one of Config.Keys ordering keys
+	// (task i gets key i mod Keys): the cost of ordering by key. Without
+	// the ledger they run only on brokers that order natively.
+	LedgerOffKeyed Mode = "ledger-off-keyed"
+	LedgerOnKeyed  Mode = "ledger-on-keyed"
 )
 
 // Config describes one measurement. Zero fields take their defaults.
@@ -56,6 +62,11 @@ type Config struct {
 	// total, for latency at a given load; zero publishes as fast as
 	// possible (drain throughput).
 	Rate int
+	// Modes limits Suite to these modes, in this order (nil: Modes).
+	Modes []Mode
+	// Keys is the number of ordering keys of the keyed modes. Defaults to
+	// 1,000.
+	Keys int
 	// Timeout bounds one run. Defaults to 5 minutes.
 	Timeout time.Duration
 	// Logger receives the runtime's warnings and cleanup failures.
@@ -66,6 +77,9 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.Tasks <= 0 {
 		c.Tasks = 20000
+	}
+	if c.Keys <= 0 {
+		c.Keys = 1000
 	}
 	if c.Publishers <= 0 {
 		c.Publishers = 8
@@ -137,7 +151,7 @@ func Run(ctx context.Context, cfg Config, mode Mode) (Result, error) {
 	}
 	var L ledger.Ledger
 	var pgDSN string
-	if mode != LedgerOff {
+	if mode != LedgerOff && mode != LedgerOffKeyed {
 		if cfg.LedgerDSN == "" {
 			return Result{Mode: mode, Skipped: "no ledger DSN"}, nil
 		}
@@ -155,6 +169,17 @@ func Run(ctx context.Context, cfg Config, mode Mode) (Result, error) {
 		defer L.Close()
 		if isPostgres(dsn) {
 			pgDSN = dsn
+		}
+	}
+	if mode == LedgerOffKeyed {
+		b, err := broker.Open(ctx, brokerURL, nil)
+		if err != nil {
+			return Result{}, err
+		}
+		native := b.Capabilities().Ordering
+		b.Close()
+		if !native {
+			return Result{Mode: mode, Skipped: "the broker does not order by key natively: keyed work needs the ledger"}, nil
 		}
 	}
 	return runRuntime(ctx, cfg, mode, brokerURL, L, pgDSN)
@@ -298,6 +323,7 @@ func publish(ctx context.Context, cfg Config, mode Mode, c *switchyard.Client, n
 		args := make([]benchArgs, n)
 		return bulkEnqueue(ctx, c, args)
 	}
+	keyed := mode == LedgerOnKeyed || mode == LedgerOffKeyed
 	var next atomic.Int64
 	var tick <-chan time.Time
 	if cfg.Rate > 0 {
@@ -312,7 +338,11 @@ func publish(ctx context.Context, cfg Config, mode Mode, c *switchyard.Client, n
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(n) {
+			for {
+				i := next.Add(1)
+				if i > int64(n) {
+					return
+				}
 				if tick != nil {
 					select {
 					case <-tick:
@@ -320,7 +350,11 @@ func publish(ctx context.Context, cfg Config, mode Mode, c *switchyard.Client, n
 						return
 					}
 				}
-				if _, err := c.Enqueue(ctx, benchArgs{T: time.Now().UnixNano()}, nil); err != nil {
+				var opts *switchyard.EnqueueOpts
+				if keyed {
+					opts = &switchyard.EnqueueOpts{OrderingKey: "k" + strconv.FormatInt(i%int64(cfg.Keys), 10)}
+				}
+				if _, err := c.Enqueue(ctx, benchArgs{T: time.Now().UnixNano()}, opts); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err

@@ -20,17 +20,21 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/switchyard-dev/switchyard/adapters/postgres"
 	"github.com/switchyard-dev/switchyard/adapters/sqs"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/testclean/pubsubclean"
 )
 
 // URL returns a URL of the named adapter ("embedded", "rabbitmq", "nats",
-// "asynq", "sqs") for namespace ns with the extra query parameters, and
+// "asynq", "redisstreams", "sqs", "postgres", "gcppubsub") for namespace ns
+// with the extra query parameters, and
 // registers the removal of what the test creates there. It skips (or fails
 // under SWITCHYARD_REQUIRE_BROKERS=1) when the broker is unavailable.
 func URL(t testing.TB, kind, ns string, extra url.Values) string {
@@ -62,15 +66,52 @@ func URL(t testing.TB, kind, ns string, extra url.Values) string {
 		addr := testenv.Redis.Endpoint(t)
 		Asynq(t, addr, ns)
 		return "redis://" + addr + "/0?" + q.Encode()
+	case "postgres":
+		dsn := testenv.Postgres.Endpoint(t)
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal("PostgreSQL endpoint does not parse")
+		}
+		for k, v := range u.Query() {
+			q[k] = v
+		}
+		u.RawQuery = q.Encode()
+		Postgres(t, dsn, postgres.SchemaFor(ns))
+		return u.String()
+	case "redisstreams":
+		addr := testenv.Redis.Endpoint(t)
+		RedisStreams(t, addr, ns)
+		return "redis-streams://" + addr + "/0?" + q.Encode()
 	case "sqs":
 		q.Set("region", "us-east-1")
 		q.Set("endpoint", testenv.SQS.Endpoint(t))
 		u := "sqs://?" + q.Encode()
 		SQS(t, u, ns)
 		return u
+	case "gcppubsub":
+		addr := pubsubclean.PubSubEmulator()
+		pubsubclean.GCPPubSub(t, addr, ns)
+		return pubsubclean.PubSubURL(addr, ns, extra)
 	}
 	t.Fatalf("unknown adapter %q", kind)
 	return ""
+}
+
+// Postgres drops the schema of a postgres:// broker namespace at dsn.
+func Postgres(t testing.TB, dsn, schema string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			t.Logf("cleanup: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Logf("cleanup: schema %s left behind: %v", schema, err)
+		}
+	})
 }
 
 // rabbitCtlMu serialises rabbitmqctl calls (each starts an Erlang VM).
@@ -164,6 +205,37 @@ func Asynq(t testing.TB, addr, ns string) {
 			}
 		}
 	})
+}
+
+// RedisStreams removes the Redis keys of redis-streams namespace ns (with
+// the default prefix) at addr.
+func RedisStreams(t testing.TB, addr, ns string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		defer c.Close()
+		if err := scanUnlink(ctx, c, "sy:{"+ns+"}:*"); err != nil {
+			t.Logf("cleanup: %v; namespace %s left behind in Redis", err, ns)
+		}
+	})
+}
+
+// scanUnlink unlinks every key matching pattern.
+func scanUnlink(ctx context.Context, c *redis.Client, pattern string) error {
+	var cursor uint64
+	for {
+		keys, next, err := c.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) > 0 {
+			c.Unlink(ctx, keys...)
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // SQS deletes the queues of namespace ns; rawURL is the sqs:// URL the

@@ -34,6 +34,7 @@ var Cases = []Case{
 	{"TransitionUpdates", TransitionUpdates},
 	{"TransitionInvalid", TransitionInvalid},
 	{"TransitionIfAttemptBelow", TransitionIfAttemptBelow},
+	{"TransitionLane", TransitionLane},
 	{"BeginRun", BeginRun},
 	{"BeginRunLease", BeginRunLease},
 	{"EndRunRelease", EndRunRelease},
@@ -45,8 +46,11 @@ var Cases = []Case{
 	{"EffectStates", EffectStates},
 	{"Prune", Prune},
 	{"Dedup", Dedup},
+	{"DedupTaskHolds", DedupTaskHolds},
 	{"LaneControls", LaneControls},
 	{"LaneEvents", LaneEvents},
+	{"Servers", Servers},
+	{"History", History},
 	{"RaceCreate", RaceCreate},
 	{"RaceTransition", RaceTransition},
 	{"RaceTakeover", RaceTakeover},
@@ -56,8 +60,15 @@ var Cases = []Case{
 	{"RaceClaim", RaceClaim},
 	{"RaceAppendEvent", RaceAppendEvent},
 	{"RaceLanePause", RaceLanePause},
+	{"Streams", Streams},
+	{"RaceAppendStream", RaceAppendStream},
+	{"Waits", Waits},
 	{"Cancelled", Cancelled},
 	{"Closed", Closed},
+	{"NotesState", NotesState},
+	{"NotesNotify", NotesNotify},
+	{"NotesStream", NotesStream},
+	{"NotesClosed", NotesClosed},
 }
 
 // Run runs every case against stores made by mk, each in its own parallel
@@ -178,6 +189,6 @@ func pathTo(s ledger.State) []ledger.State {
 func allStates() []ledger.State {
 	return []ledger.State{
 		ledger.Queued, ledger.Running, ledger.RetryWait, ledger.Completed, ledger.Failed,
-		ledger.Dead, ledger.AwaitingReview, ledger.Rejected, ledger.Cancelled,
+		ledger.Dead, ledger.AwaitingReview, ledger.Rejected, ledger.Cancelled, ledger.AwaitingEvent,
 	}
 }

@@ -340,3 +340,41 @@ func Dedup(t *testing.T, mk Maker) {
 	_, _, err = l.Claim(ctx(t), "batch", "acme", "k", "")
 	wantInvalid(t, "Claim without an id", err)
 }
+
+// DedupTaskHolds: a task recorded with an idempotency key holds it for
+// the broker's dedup claims too (one claim per idempotent Enqueue): the
+// task's own claim is not a duplicate, another message's claim of the key
+// on the task's lane is a duplicate of the task, and another lane or
+// tenant is free, as with a claim.
+func DedupTaskHolds(t *testing.T, mk Maker) {
+	l := mk(t)
+	tk, created, err := l.Create(ctx(t), &ledger.Task{Kind: "k", Lane: "batch", Tenant: "acme", IdempotencyKey: "order-1"})
+	if err != nil || !created {
+		t.Fatalf("Create: %v %v", created, err)
+	}
+	for range 2 { // the second is a retried publish of the same task
+		if existing, dup, err := l.Claim(ctx(t), "batch", "acme", "order-1", tk.ID); err != nil || dup {
+			t.Fatalf("the task's own claim: %q dup=%v %v, want no duplicate", existing, dup, err)
+		}
+	}
+	if existing, dup, err := l.Claim(ctx(t), "batch", "acme", "order-1", "other-id"); err != nil || !dup || existing != tk.ID {
+		t.Fatalf("another message's claim: %q dup=%v %v, want the task %s", existing, dup, err, tk.ID)
+	}
+	if _, dup, err := l.Claim(ctx(t), "interactive", "acme", "order-1", "id-lane"); err != nil || dup {
+		t.Fatalf("another lane's claim: dup=%v %v", dup, err)
+	}
+	if _, dup, err := l.Claim(ctx(t), "batch", "globex", "order-1", "id-tenant"); err != nil || dup {
+		t.Fatalf("another tenant's claim: dup=%v %v", dup, err)
+	}
+	// CreateMany's tasks hold their keys too.
+	rs, err := l.CreateMany(ctx(t), []*ledger.Task{{Kind: "k", Lane: "batch", IdempotencyKey: "bulk-1"}})
+	if err != nil || rs[0].Err != nil || !rs[0].Created {
+		t.Fatalf("CreateMany: %+v %v", rs, err)
+	}
+	if _, dup, err := l.Claim(ctx(t), "batch", "", "bulk-1", rs[0].Task.ID); err != nil || dup {
+		t.Fatalf("a bulk task's own claim: dup=%v %v", dup, err)
+	}
+	if existing, dup, err := l.Claim(ctx(t), "batch", "", "bulk-1", "other-id"); err != nil || !dup || existing != rs[0].Task.ID {
+		t.Fatalf("another message's claim of a bulk task's key: %q dup=%v %v", existing, dup, err)
+	}
+}

@@ -50,6 +50,11 @@ func BeginRun(t *testing.T, mk Maker) {
 	if err != nil || got.Attempt != 2 {
 		t.Fatalf("BeginRun after a retry: %+v %v, want attempt 2", got, err)
 	}
+	as, err = l.Attempts(ctx(t), task.ID)
+	if err != nil || len(as) != 2 || as[0].Number != 1 || as[0].Worker != "w1" || as[0].Outcome != "retry" || as[0].Error != msg ||
+		as[1].Number != 2 || as[1].Worker != "w2" || as[1].Outcome != "" || as[1].Start.IsZero() {
+		t.Fatalf("attempts after the second BeginRun %+v (%v), want 1 (w1, retry) and 2 (w2, running)", as, err)
+	}
 
 	// Refusals carry the task as it is.
 	done := mustCreate(t, l, newTask(t))
@@ -111,6 +116,11 @@ func BeginRunLease(t *testing.T, mk Maker) {
 	evs, _ := l.Events(ctx(t), task.ID)
 	if last := evs[len(evs)-1]; last.Reason != "lease_expired" || last.From != ledger.Running || last.Actor != "w2" {
 		t.Errorf("takeover event %+v, want lease_expired by w2", last)
+	}
+	// The gone holder's attempt stays recorded as begun, beside the new one.
+	if as, err := l.Attempts(ctx(t), task.ID); err != nil || len(as) != 2 || as[0].Number != 1 || as[0].Worker != "w1" || as[0].Start.IsZero() ||
+		as[0].Outcome != "" || as[1].Number != 2 || as[1].Worker != "w2" {
+		t.Errorf("attempts after the takeover %+v (%v), want 1 (w1, begun) and 2 (w2)", as, err)
 	}
 	// The old holder's renewal now reports the run lost, and its end cannot
 	// settle over the new holder; its attempt is still recorded.

@@ -10,8 +10,8 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// createManySQL inserts a whole batch, passed as arrays, with its
-// "enqueued" events, in one statement; rows whose ID or (tenant,
+// createManySQL inserts a whole batch, passed as arrays, in one
+// statement (the "enqueued" events are derived, not rows); rows whose ID or (tenant,
 // idempotency key) is taken are skipped and looked up afterwards.
 const createManySQL = `WITH v AS (
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[],
@@ -24,9 +24,7 @@ const createManySQL = `WITH v AS (
 			run_at, deadline, metadata::jsonb, result, last_error, $15, $15, NULL::timestamptz, 1
 		FROM v ORDER BY ord
 		ON CONFLICT DO NOTHING
-		RETURNING ` + taskCols + `),
-	ev AS (INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason)
-		SELECT id, 1, created_at, '', state, 'enqueued' FROM ins)
+		RETURNING ` + taskCols + `)
 	SELECT ` + taskCols + ` FROM ins`
 
 // existingSQL finds the tasks holding some IDs or (tenant, idempotency
@@ -36,8 +34,8 @@ const existingSQL = `SELECT ` + taskCols + ` FROM ledger_tasks
 	   OR (idem_key <> '' AND (tenant, idem_key) IN (SELECT * FROM unnest($2::text[], $3::text[])))`
 
 // CreateMany implements ledger.Ledger: the batch goes in as arrays to one
-// INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING that also writes the
-// events (one round trip, one transaction); only when some task's ID or
+// INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING (one round
+// trip, one transaction); only when some task's ID or
 // idempotency key was taken does a second query fetch the tasks holding
 // them. A task repeating an earlier one's idempotency key (or ID) in the
 // same batch is not sent: it gets the earlier one's task, Created=false.
@@ -154,6 +152,7 @@ func (s *Store) createBatch(ctx context.Context, ts []*ledger.Task, metas []*str
 	for _, i := range todo {
 		if t := inserted[ts[i].ID]; t != nil {
 			res[i] = ledger.CreateResult{Task: t, Created: true}
+			s.claims.Add(t.ID, t.Tenant, t.IdempotencyKey)
 			continue
 		}
 		missing = append(missing, i)

@@ -30,14 +30,30 @@
 // ledger_schema_version records them. A schema newer than the program is
 // refused. Tables are prefixed ledger_. Tests use a fresh schema each.
 //
+// # Transactional outbox
+//
+// The store implements ledger.Outbox: CreateTx writes tasks in the
+// caller's pgx.Tx or pgx-stdlib *sql.Tx (tables named with the schema,
+// whatever the transaction's search_path; a transaction on another
+// database or schema is ErrForeignTx, checked once per pgx connection by
+// the random marker in ledger_outbox's comment). Relays claim rows with
+// FOR UPDATE SKIP LOCKED and a lease, one claim at a time per schema; an
+// insert trigger notifies channel OutboxChannel with the schema's name at
+// commit, and ListenOutbox wakes every relay of the store from one
+// connection of its own (outside the pool).
+//
 // # Semantics
 //
 // As ledger.Ledger describes, with each operation one statement (its own
 // transaction) wherever possible:
 //
-//   - Create: INSERT … ON CONFLICT DO NOTHING, with the "enqueued" event
-//     inserted by the same statement (a data-modifying CTE); on conflict
-//     the existing task is read by (tenant, key), else by ID.
+//   - Create: INSERT … ON CONFLICT DO NOTHING; on conflict the existing
+//     task is read by (tenant, key), else by ID. The "enqueued" event
+//     (seq 1) is not a row: Events derives it from the task (schema 12).
+//   - BeginRun: one statement locks the row, moves it to running with its
+//     lease, appends the event and keeps the attempt's start in the task
+//     row; EndRun writes the attempt's one row and the move. A task's
+//     updates touch no indexed column (fillfactor 70), so they can be HOT.
 //   - Transition: the row is locked only if its state is one of the legal
 //     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,
 //     and the event with the old state appended, all in one statement; a
@@ -45,10 +61,14 @@
 //   - PutStep, BeginEffect: INSERT … ON CONFLICT DO NOTHING RETURNING, else
 //     read the stored row (first write wins).
 //   - SetEffect: UPDATE … WHERE state <> 'confirmed'.
-//   - Claim: an upsert that replaces only an expired claim.
-//   - Prune: DELETE in batches of 500 chosen with FOR UPDATE SKIP LOCKED;
-//     foreign keys cascade to attempts, steps, effects and events; expired
-//     dedup claims go too.
+//   - Claim: a task row holding the key is the claim (an idempotent
+//     Enqueue claims once); otherwise an upsert into ledger_dedup that
+//     replaces only an expired claim.
+//   - Prune: DELETE in batches of 500 chosen with FOR UPDATE SKIP LOCKED
+//     among the tasks created before the horizon; foreign keys cascade to
+//     attempts, steps and effects, and the same statement deletes the
+//     events (which have no foreign key: every event insert updates its
+//     task row); expired dedup claims go too.
 //
 // Event sequence numbers are per task and gapless (a counter on the task
 // row, taken under its row lock). List pages by an identity column

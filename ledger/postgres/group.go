@@ -178,6 +178,11 @@ func (s *Store) runOne(ctx context.Context, r *groupReq) error {
 // off. A caller whose ctx ends while r still waits gets the context error
 // and r never runs; once r is taken the caller waits for its outcome.
 func (s *Store) submit(ctx context.Context, r *groupReq) error {
+	if err := ctx.Err(); err != nil {
+		// A select below picks at random between a writer ready to take r
+		// and a context already done: a cancelled caller must never write.
+		return err
+	}
 	if s.g == nil {
 		return s.runOne(ctx, r)
 	}

@@ -19,14 +19,32 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
 		s.Close()
-		t.Fatalf("schema version %d %v, want 4", v, err)
+		t.Fatalf("schema version %d %v, want 13", v, err)
 	}
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, q := range []string{
+		`DROP TABLE switchyard_spend`, // 0013
+		`DROP TABLE switchyard_pbatch_leases`,
+		`DROP TABLE switchyard_pbatches`,
+		`DROP TABLE switchyard_pbatch_items`,
+		`DROP INDEX ledger_tasks_created`, // 0012
+		`ALTER TABLE ledger_tasks DROP COLUMN run_attempt, DROP COLUMN run_worker, DROP COLUMN run_start`,
+		`ALTER TABLE ledger_events ADD CONSTRAINT ledger_events_task_id_fkey FOREIGN KEY (task_id) REFERENCES ledger_tasks (id) ON DELETE CASCADE`,
+		`CREATE INDEX ledger_tasks_state_updated ON ledger_tasks (state, updated_at)`,
+		`DROP TABLE ledger_history`, // 0011
+		`DROP TABLE ledger_servers`, // 0009
+		`DROP TABLE ledger_outbox`,  // 0008
+		`DROP FUNCTION ledger_outbox_notify()`,
+		`DROP TABLE ledger_stream`, // 0007
+		`DROP TABLE ledger_waits`,
+		`DROP TABLE ledger_order_done`, // 0005
+		`DROP TABLE ledger_order_keys`,
 		`DROP TABLE ledger_lane_events`,
+		`DROP TRIGGER ledger_events_note ON ledger_events`,
+		`DROP FUNCTION ledger_events_note()`,
 		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
 		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', $1), ('interactive', '', $2)`,
@@ -47,8 +65,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
-		t.Fatalf("schema version after reopening %d %v, want 4", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
+		t.Fatalf("schema version after reopening %d %v, want 13", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

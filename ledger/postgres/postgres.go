@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,10 @@ type Options struct {
 	// DedupWindow is how long a dedup claim (broker.DedupStore) holds.
 	// Defaults to 24h.
 	DedupWindow time.Duration
+	// OrderingStall is how long an ordering key waits for a number that
+	// was assigned but never offered to a consumer before later numbers
+	// may start without it (see Sequencer). Defaults to 30s.
+	OrderingStall time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// NoGroupCommit turns group commit off: every write is its own
@@ -65,6 +70,12 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.DedupWindow < 0 {
 		return c, store.Invalid("postgres: open", "dedup window %v is negative", c.DedupWindow)
 	}
+	if c.OrderingStall == 0 {
+		c.OrderingStall = store.SeqStall
+	}
+	if c.OrderingStall < 0 {
+		return c, store.Invalid("postgres: open", "ordering stall %v is negative", c.OrderingStall)
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -77,6 +88,19 @@ type Store struct {
 	opts   Options
 	closed atomic.Bool
 	g      *grouper // nil without group commit
+	notes  notes    // ledger.Notes (notes.go)
+	mark   marker   // the ledger's identity (outbox.go)
+	// claims: the keys of tasks this store just created, for Claim.
+	claims store.Claims
+	// checked holds the pgx connections CreateTx has found on this
+	// ledger's database (outbox.go); nChecked counts them.
+	checked  sync.Map
+	nChecked atomic.Int64
+	// listen is the shared LISTEN connection of the relays (outbox.go);
+	// listenStop is closed by Close.
+	listen         listener
+	listenStop     chan struct{}
+	listenStopOnce sync.Once
 }
 
 var _ ledger.Ledger = (*Store)(nil)
@@ -188,15 +212,11 @@ func (s *Store) migrate(ctx context.Context) error {
 			version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL)`); err != nil {
 			return err
 		}
-		var cur int
-		if err := tx.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&cur); err != nil {
-			return err
+		pending, err := pendingMigrations(ctx, tx, ms)
+		if err != nil {
+			return &broker.Error{Op: op, Class: broker.Permanent, Err: fmt.Errorf("the database: %w", err)}
 		}
-		if cur > len(ms) {
-			return &broker.Error{Op: op, Class: broker.Permanent,
-				Err: fmt.Errorf("the database has ledger schema version %d, newer than this program's %d: upgrade the program", cur, len(ms))}
-		}
-		for _, m := range ms[cur:] {
+		for _, m := range pending {
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -208,6 +228,24 @@ func (s *Store) migrate(ctx context.Context) error {
 		return nil
 	})
 	return classify(op, err, true)
+}
+
+// pendingMigrations returns the migrations of ms not yet recorded in tx's
+// schema (store.Pending).
+func pendingMigrations(ctx context.Context, tx pgx.Tx, ms []store.Migration) ([]store.Migration, error) {
+	rows, err := tx.Query(ctx, `SELECT version FROM ledger_schema_version`)
+	if err != nil {
+		return nil, err
+	}
+	applied, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil, err
+	}
+	vs := make([]int, len(applied))
+	for i, v := range applied {
+		vs[i] = int(v)
+	}
+	return store.Pending(ms, vs)
 }
 
 // SchemaVersion returns the schema version the database is at.
@@ -234,7 +272,12 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.notes.once.Do(func() {})
+	if s.notes.hub != nil {
+		s.notes.hub.Close()
+	}
 	s.stopGroup()
+	close(s.stopListen())
 	s.pool.Close()
 	return nil
 }

@@ -33,9 +33,14 @@ func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
 }
 
 // finishAttemptSQL records an attempt's outcome ($1 task … $9 stack):
-// FinishAttempt, and EndRun's statements (run.go).
+// FinishAttempt, and EndRun's statements (run.go). An empty worker and a
+// NULL start keep what is recorded: the attempt's row, or, before it has
+// one, its start in the task row (beginRunSQL).
 const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+		SELECT $1::text, $2::integer, CASE WHEN $3::text <> '' THEN $3::text ELSE COALESCE(r.w, '') END,
+			COALESCE($4::timestamptz, r.s), $5::bigint, $6::text, $7::text, $8::text, $9::text
+		FROM (SELECT 1) one LEFT JOIN (
+			SELECT run_worker AS w, run_start AS s FROM ledger_tasks WHERE id = $1::text AND run_attempt = $2::integer) r ON true
 		ON CONFLICT (task_id, number) DO UPDATE SET
 			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
 			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
@@ -69,8 +74,15 @@ func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, 
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	// A running attempt without its row yet is in the task row
+	// (beginRunSQL).
 	rows, err := s.pool.Query(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
-		FROM ledger_attempts WHERE task_id = $1 ORDER BY number`, taskID)
+			FROM ledger_attempts WHERE task_id = $1
+		UNION ALL
+		SELECT run_attempt, run_worker, run_start, 0::bigint, '', '', '', '' FROM ledger_tasks t
+			WHERE id = $1 AND run_attempt IS NOT NULL
+				AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = $1 AND a.number = t.run_attempt)
+		ORDER BY 1`, taskID)
 	if err != nil {
 		return nil, classify(op, err, false)
 	}
@@ -91,6 +103,14 @@ func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, 
 	return out, classify(op, err, false)
 }
 
+// enqueuedEventSQL is a task's "enqueued" event (seq 1), derived from its
+// row ($1 is the task's ID): since migration 0012 no path writes it as a
+// row (every task is created queued, at created_at, by no actor). A task
+// created before keeps its row, and then nothing is derived.
+const enqueuedEventSQL = `SELECT 1::bigint AS seq, created_at AS at, ''::text AS from_state, 'queued'::text AS to_state,
+		'enqueued'::text AS reason, ''::text AS detail, ''::text AS actor
+	FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = $1 AND seq = 1)`
+
 // Events implements ledger.Ledger. An unknown task has no events.
 func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
 	const op = "postgres: events"
@@ -100,8 +120,10 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, erro
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT seq, at, from_state, to_state, reason, detail, actor
-		FROM ledger_events WHERE task_id = $1 ORDER BY seq`, taskID)
+	rows, err := s.pool.Query(ctx, enqueuedEventSQL+`
+		UNION ALL
+		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = $1
+		ORDER BY 1`, taskID)
 	if err != nil {
 		return nil, classify(op, err, false)
 	}
@@ -308,8 +330,28 @@ func (s *Store) Effects(ctx context.Context, taskID string) ([]ledger.Effect, er
 	return out, classify(op, err, false)
 }
 
-// Claim implements broker.DedupStore with an upsert that replaces only an
-// expired claim.
+// claimSQL claims (lane $1, tenant $2, key $3) for task $4 at $5, $6
+// being the oldest claim still in force. A task row holding the key is a
+// claim too, so an idempotent Enqueue claims its key once (the task's
+// insert): when task $4 itself holds the key nothing is written, and a
+// task of the same lane holding it, created within the window, is the
+// duplicate. Otherwise the key is claimed in ledger_dedup (for publishes
+// without a task), replacing only an expired claim. Rows: the holder's ID
+// and whether it is a duplicate, or none when an unexpired claim holds
+// the key.
+const claimSQL = `WITH held AS (
+		SELECT id, id <> $4 AS dup FROM ledger_tasks
+		WHERE tenant = $2 AND idem_key = $3 AND idem_key <> '' AND (id = $4 OR (lane = $1 AND created_at >= $6))),
+	ins AS (
+		INSERT INTO ledger_dedup (lane, tenant, key, id, claimed_at)
+		SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM held)
+		ON CONFLICT (lane, tenant, key) DO UPDATE SET id = EXCLUDED.id, claimed_at = EXCLUDED.claimed_at
+		WHERE ledger_dedup.claimed_at < $6
+		RETURNING id)
+	SELECT id, dup FROM held UNION ALL SELECT id, false FROM ins`
+
+// Claim implements broker.DedupStore (claimSQL). A task this store has
+// just created with the key is answered without a round trip.
 func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
 	const op = "postgres: dedup claim"
 	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
@@ -318,14 +360,19 @@ func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string
 	if err := s.check(op); err != nil {
 		return "", false, err
 	}
+	if s.claims.Take(id, tenant, key) {
+		return "", false, nil
+	}
 	for range 3 {
 		now := s.opts.Now()
 		var got string
-		err := s.queryRow(ctx, `INSERT INTO ledger_dedup (lane, tenant, key, id, claimed_at) VALUES ($1, $2, $3, $4, $5)
-			ON CONFLICT (lane, tenant, key) DO UPDATE SET id = EXCLUDED.id, claimed_at = EXCLUDED.claimed_at
-			WHERE ledger_dedup.claimed_at < $6
-			RETURNING id`, func(r pgx.Row) error { return r.Scan(&got) }, lane, tenant, key, id, now, now.Add(-s.opts.DedupWindow))
+		var dup bool
+		err := s.queryRow(ctx, claimSQL, func(r pgx.Row) error { return r.Scan(&got, &dup) },
+			lane, tenant, key, id, now, now.Add(-s.opts.DedupWindow))
 		if err == nil {
+			if dup {
+				return got, true, nil
+			}
 			return "", false, nil
 		}
 		if !isNoRows(err) {

@@ -15,15 +15,26 @@ import (
 // beginRunSQL is BeginRun in one statement: lock the row, decide the run
 // (store.NextRun's rules, with the lease compared by the database's
 // clock, so that workers on machines whose clocks differ agree), move it
-// to running with its new lease, append the event and record the attempt.
+// to running with its new lease, append the event and record the
+// attempt's start.
+//
+// The start of an attempt is recorded in the task row (run_attempt,
+// run_worker, run_start; migration 0012), not as a ledger_attempts row:
+// EndRun writes the attempt's one row when it ends, and Attempts shows the
+// running one from the task. An attempt number that already has a row (a
+// snooze or a return spends none) gets the new worker and start there
+// too, as before. When the task's previous run never got its row (its
+// holder died, or it was moved without EndRun), that row is written now,
+// before the task row forgets it.
 //
 // $1 id, $2 the delivery's attempt, $3 the lease in microseconds, $4 now
 // (the store's clock, for updated_at and the event), $5 worker, $6 start.
 const beginRunSQL = `WITH cur AS (
-		SELECT id, state AS old_state, attempt AS old_attempt, lease_until AS old_lease
+		SELECT id, state AS old_state, attempt AS old_attempt, lease_until AS old_lease,
+			run_attempt AS prev_attempt, run_worker AS prev_worker, run_start AS prev_start
 		FROM ledger_tasks WHERE id = $1 FOR UPDATE),
 	nx AS (
-		SELECT id, old_state,
+		SELECT id, old_state, prev_attempt, prev_worker, prev_start,
 			CASE WHEN old_state = 'queued' THEN GREATEST($2::integer, old_attempt, 1)
 				WHEN old_state = 'running' AND old_lease IS NULL THEN $2::integer
 				ELSE GREATEST($2::integer, old_attempt + 1) END AS n,
@@ -37,16 +48,19 @@ const beginRunSQL = `WITH cur AS (
 	u AS (
 		UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
 			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
-			updated_at = $4, event_seq = t.event_seq + 1
+			updated_at = $4, event_seq = t.event_seq + 1,
+			run_attempt = nx.n, run_worker = $5, run_start = $6
 		FROM nx WHERE t.id = nx.id
-		RETURNING nx.old_state, nx.reason, nx.detail, t.event_seq, ` + tTaskCols + `),
+		RETURNING nx.old_state, nx.reason, nx.detail, nx.prev_attempt, nx.prev_worker, nx.prev_start, t.event_seq, ` + tTaskCols + `),
 	ev AS (
 		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
 		SELECT id, event_seq, $4, old_state, 'running', reason, detail, $5 FROM u),
-	att AS (
+	prev AS (
 		INSERT INTO ledger_attempts (task_id, number, worker, start_at)
-		SELECT id, attempt, $5, $6 FROM u
-		ON CONFLICT (task_id, number) DO UPDATE SET worker = EXCLUDED.worker, start_at = EXCLUDED.start_at)
+		SELECT id, prev_attempt, prev_worker, prev_start FROM u WHERE prev_attempt IS NOT NULL AND prev_attempt <> attempt
+		ON CONFLICT (task_id, number) DO NOTHING),
+	att AS (
+		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
 	SELECT ` + taskCols + ` FROM u`
 
 // BeginRun implements ledger.Ledger in one statement (one round trip,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -56,8 +57,9 @@ func tsOrNil(t time.Time) any {
 	return t
 }
 
-// Create implements ledger.Ledger with INSERT … ON CONFLICT DO NOTHING;
-// the task and its "enqueued" event are written by one statement.
+// Create implements ledger.Ledger with INSERT … ON CONFLICT DO NOTHING.
+// The task's "enqueued" event (seq 1) is not a row: Events derives it from
+// the task's created_at (enqueuedEventSQL).
 func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
 	const op = "postgres: create"
 	t, err := store.CreateTask(op, in, s.opts.Now())
@@ -79,17 +81,14 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	// prune); try again then.
 	for range 3 {
 		var got *ledger.Task
-		err := s.queryRow(ctx, `WITH ins AS (
-				INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
+		err := s.queryRow(ctx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
 				ON CONFLICT DO NOTHING
-				RETURNING `+taskCols+`),
-			ev AS (INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason)
-				SELECT id, 1, created_at, '', state, 'enqueued' FROM ins)
-			SELECT `+taskCols+` FROM ins`, func(r pgx.Row) (err error) { got, err = scanTask(r); return err },
+				RETURNING `+taskCols, func(r pgx.Row) (err error) { got, err = scanTask(r); return err },
 			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
 			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt)
 		if err == nil {
+			s.claims.Add(got.ID, got.Tenant, got.IdempotencyKey)
 			return got, true, nil
 		}
 		if !isNoRows(err) {
@@ -166,6 +165,12 @@ const transitionSQL = `WITH cur AS (
 		SELECT id, event_seq, $3, old_state, $2, $10, $11, $12 FROM u)
 	SELECT ` + taskCols + ` FROM u`
 
+// transitionLaneSQL is transitionSQL that also sets the task's lane ($14):
+// a separate statement, so that endRunSQL's numbering of the parameters
+// after $13 stays its own.
+var transitionLaneSQL = strings.Replace(transitionSQL, "run_at = COALESCE($8::timestamptz, t.run_at),",
+	"run_at = COALESCE($8::timestamptz, t.run_at),\n\t\t\tlane = $14::text,", 1)
+
 // Transition implements ledger.Ledger with a guarded
 // UPDATE … WHERE state = ANY(…) and the event insert in one statement.
 func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
@@ -191,9 +196,13 @@ func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*
 	}
 	// When the state changes between the refused update and the look-up,
 	// the move may have become legal: try again (bounded).
+	q, args := transitionSQL, []any{req.ID, string(req.To), s.opts.Now(), req.Attempt,
+		req.Result != nil, result, req.LastError, runAt, fromS, req.Reason, req.Detail, req.Actor, req.IfAttemptBelow}
+	if req.Lane != "" {
+		q, args = transitionLaneSQL, append(args, req.Lane)
+	}
 	for range 3 {
-		t, err := scanTask(s.pool.QueryRow(ctx, transitionSQL, req.ID, string(req.To), s.opts.Now(), req.Attempt,
-			req.Result != nil, result, req.LastError, runAt, fromS, req.Reason, req.Detail, req.Actor, req.IfAttemptBelow))
+		t, err := scanTask(s.pool.QueryRow(ctx, q, args...))
 		if err == nil {
 			return t, nil
 		}
@@ -285,17 +294,31 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	}
 	total := 0
 	for {
-		tag, err := s.pool.Exec(ctx, `DELETE FROM ledger_tasks WHERE id IN (
-			SELECT id FROM ledger_tasks WHERE state = ANY($1::text[]) AND updated_at < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED)`, terms, before, pruneBatch)
+		// ledger_events has no foreign key (0012): a task's events go in
+		// the same statement. No event can be added to a task in between:
+		// every event insert updates its task row, which this holds.
+		var n int
+		err := s.pool.QueryRow(ctx, `WITH d AS (
+				DELETE FROM ledger_tasks WHERE id IN (
+					SELECT id FROM ledger_tasks WHERE created_at < $2 AND updated_at < $2 AND state = ANY($1::text[])
+					LIMIT $3 FOR UPDATE SKIP LOCKED)
+				RETURNING id),
+			e AS (DELETE FROM ledger_events WHERE task_id IN (SELECT id FROM d))
+			SELECT count(*) FROM d`, terms, before, pruneBatch).Scan(&n)
 		if err != nil {
 			return total, classify(op, err, true)
 		}
-		total += int(tag.RowsAffected())
-		if tag.RowsAffected() < pruneBatch {
+		total += n
+		if n < pruneBatch {
 			break
 		}
 	}
 	_, err := s.pool.Exec(ctx, `DELETE FROM ledger_dedup WHERE claimed_at < $1`, s.opts.Now().Add(-s.opts.DedupWindow))
+	if err != nil {
+		return total, classify(op, err, true)
+	}
+	// Ordering keys whose every number finished before the horizon (numbers
+	// restart from the clock, so a stray old copy stays late).
+	_, err = s.pool.Exec(ctx, `DELETE FROM ledger_order_keys WHERE next_start > assigned AND running = 0 AND progress < $1`, before)
 	return total, classify(op, err, true)
 }

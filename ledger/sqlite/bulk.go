@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
@@ -57,6 +56,11 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 	if err != nil {
 		return nil, err
 	}
+	for _, r := range res {
+		if r.Created {
+			s.claims.Add(r.Task.ID, r.Task.Tenant, r.Task.IdempotencyKey)
+		}
+	}
 	return res, nil
 }
 
@@ -64,33 +68,5 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 // Create does, and returns the task that already held its idempotency key
 // or ID, if one did.
 func (s *Store) createInTx(ctx context.Context, tx *sql.Tx, t *ledger.Task, meta any) (*ledger.Task, error) {
-	if t.IdempotencyKey != "" {
-		// "idem_key <> ''" lets SQLite use the partial unique index on
-		// (tenant, idem_key); without it a prepared statement cannot prove
-		// the index applies and scans the tenant's tasks.
-		e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, t.Tenant, t.IdempotencyKey))
-		if err == nil {
-			return e, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, err
-		}
-	}
-	now := t.CreatedAt.UnixNano()
-	r, err := s.txExec(ctx, tx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1) ON CONFLICT DO NOTHING`,
-		t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
-		nanos(t.RunAt), nanos(t.Deadline), meta, t.Result, t.LastError, now, now)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := r.RowsAffected(); err != nil {
-		return nil, err
-	} else if n == 0 {
-		// The ID is taken: the task was already recorded.
-		return scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, t.ID))
-	}
-	_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason) VALUES (?, 1, ?, '', ?, 'enqueued')`,
-		t.ID, now, string(ledger.Queued))
-	return nil, err
+	return createIn(ctx, execWriter{s, tx}, t, meta)
 }

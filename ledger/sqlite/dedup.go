@@ -11,11 +11,18 @@ import (
 // Claim implements broker.DedupStore: it records (lane, tenant, key) → id
 // unless a claim younger than the dedup window holds the key, in which
 // case it returns that claim's id and dup=true. An expired claim is
-// replaced.
+// replaced. A task row holding the key is a claim too, so an idempotent
+// Enqueue claims its key once (the task's insert): when task id itself
+// holds the key nothing is written (and a task this store has just
+// created is answered without a query), and a task of the same lane
+// holding it, created within the window, is the duplicate.
 func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
 	const op = "sqlite: dedup claim"
 	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
 		return "", false, err
+	}
+	if s.claims.Take(id, tenant, key) {
+		return "", false, nil
 	}
 	var (
 		existing string
@@ -23,10 +30,23 @@ func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string
 	)
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.opts.Now()
+		horizon := now.Add(-s.opts.DedupWindow).UnixNano()
+		err := s.txQueryRow(ctx, tx, `SELECT id FROM ledger_tasks
+			WHERE tenant = ? AND idem_key = ? AND idem_key <> '' AND (id = ? OR (lane = ? AND created_at >= ?))`,
+			tenant, key, id, lane, horizon).Scan(&existing)
+		if err == nil {
+			if dup = existing != id; !dup {
+				existing = ""
+			}
+			return nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		var at int64
-		err := s.txQueryRow(ctx, tx, `SELECT id, claimed_at FROM ledger_dedup WHERE lane = ? AND tenant = ? AND key = ?`,
+		err = s.txQueryRow(ctx, tx, `SELECT id, claimed_at FROM ledger_dedup WHERE lane = ? AND tenant = ? AND key = ?`,
 			lane, tenant, key).Scan(&existing, &at)
-		if err == nil && at >= now.Add(-s.opts.DedupWindow).UnixNano() {
+		if err == nil && at >= horizon {
 			dup = true
 			return nil
 		}

@@ -18,6 +18,11 @@
 //	                    normal: durable across a process crash only
 //	readers=4           size of the read-only connection pool
 //	dedup_window=24h    how long a broker.DedupStore claim holds
+//	create=true         false: a missing file is an error ("no such database")
+//	                    instead of a new ledger; the operator commands use it
+//	notify_interval=50ms how often a listening process reads new notes
+//	                    (ledger.Notes: cancellations reach running handlers,
+//	                    Client.Wait returns, within about this)
 //
 // The file is created if missing, 0600 whatever the umask (SQLite gives
 // its -wal and -shm the same mode); an existing file others can read, or a
@@ -36,6 +41,16 @@
 // the ledger_schema_version table; reopening applies nothing twice. A
 // database whose version is newer than the program's is refused. Tables
 // are prefixed ledger_ so the file can be shared with other data.
+//
+// # Transactional outbox
+//
+// The store implements ledger.Outbox: CreateTx writes tasks inside the
+// caller's *sql.Tx on the same database file (in a SAVEPOINT, so a failure
+// leaves the transaction as it was; a transaction on another file is
+// ErrForeignTx, told by the random id in ledger_identity). Relays claim
+// rows by lease through the writer and poll: SQLite has no notifications.
+// An in-memory store's database cannot be shared, so it takes no caller's
+// transaction.
 //
 // # Writes: one writer, group commit
 //

@@ -16,8 +16,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
-		t.Fatalf("schema version %d %v, want 4", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
+		t.Fatalf("schema version %d %v, want 13", v, err)
 	}
 	s.Close()
 	// Take it back to version 2 with two lanes paused.
@@ -27,7 +27,23 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, q := range []string{
+		`DROP TABLE switchyard_spend`, // 0013
+		`DROP TABLE switchyard_pbatch_leases`,
+		`DROP TABLE switchyard_pbatches`,
+		`DROP TABLE switchyard_pbatch_items`,
+		`DROP INDEX ledger_tasks_created`, // 0012
+		`CREATE INDEX ledger_tasks_state_updated ON ledger_tasks (state, updated_at)`,
+		`DROP TABLE ledger_history`, // 0011
+		`DROP TABLE ledger_servers`, // 0009
+		`DROP TABLE ledger_outbox`,  // 0008
+		`DROP TABLE ledger_identity`,
+		`DROP TABLE ledger_stream`, // 0007
+		`DROP TABLE ledger_waits`,
+		`DROP TABLE ledger_order_done`, // 0005
+		`DROP TABLE ledger_order_keys`,
 		`DROP TABLE ledger_lane_events`,
+		`DROP TRIGGER ledger_events_note`,
+		`DROP TABLE ledger_notes`,
 		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
 		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', ?), ('interactive', '', ?)`,
@@ -44,8 +60,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	db.Close()
 
 	s = openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 4 {
-		t.Fatalf("schema version after reopening %d %v, want 4", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
+		t.Fatalf("schema version after reopening %d %v, want 13", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

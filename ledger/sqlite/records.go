@@ -86,6 +86,15 @@ func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, 
 	return out, s.classify(op, rows.Err())
 }
 
+// enqueuedEventSQL is a task's "enqueued" event (seq 1), derived from its
+// row (both parameters are the task's ID): since migration 0012 no path
+// writes it as a row (every task is created queued, at created_at, by no
+// actor). A task created before keeps its row, and then nothing is
+// derived.
+const enqueuedEventSQL = `SELECT 1 AS seq, created_at AS at, '' AS from_state, 'queued' AS to_state,
+		'enqueued' AS reason, '' AS detail, '' AS actor
+	FROM ledger_tasks WHERE id = ? AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = ? AND seq = 1)`
+
 // Events implements ledger.Ledger. An unknown task has no events.
 func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
 	const op = "sqlite: events"
@@ -95,8 +104,10 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, erro
 	if err := s.read(op); err != nil {
 		return nil, err
 	}
-	rows, err := s.rQuery(ctx, `SELECT seq, at, from_state, to_state, reason, detail, actor
-		FROM ledger_events WHERE task_id = ? ORDER BY seq`, taskID)
+	rows, err := s.rQuery(ctx, enqueuedEventSQL+`
+		UNION ALL
+		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = ?
+		ORDER BY 1`, taskID, taskID, taskID)
 	if err != nil {
 		return nil, s.classify(op, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/internal/fileperm"
+	"github.com/switchyard-dev/switchyard/internal/sqliteopen"
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
@@ -49,11 +51,24 @@ type Options struct {
 	// DedupWindow is how long a dedup claim (broker.DedupStore) holds.
 	// Defaults to 24h.
 	DedupWindow time.Duration
+	// OrderingStall is how long an ordering key waits for a number that
+	// was assigned but never offered to a consumer before later numbers
+	// may start without it (see Sequencer). Defaults to 30s.
+	OrderingStall time.Duration
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 	// Logger receives warnings (a database file others can read). Defaults
 	// to slog.Default().
 	Logger *slog.Logger
+	// MustExist refuses to create the database: a path with no file is an
+	// error saying "no such database" (operator tools open existing
+	// ledgers only). DSN parameter create=false. Defaults to false
+	// (created when missing).
+	MustExist bool
+	// NotifyInterval is how often a listening store reads new notes
+	// (ledger.Notes; see notes.go): the control channel's delay. Defaults
+	// to DefaultNotifyInterval (50ms); DSN parameter notify_interval.
+	NotifyInterval time.Duration
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -87,11 +102,23 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.DedupWindow < 0 {
 		return c, store.Invalid("sqlite: open", "dedup window %v is negative", c.DedupWindow)
 	}
+	if c.OrderingStall == 0 {
+		c.OrderingStall = store.SeqStall
+	}
+	if c.OrderingStall < 0 {
+		return c, store.Invalid("sqlite: open", "ordering stall %v is negative", c.OrderingStall)
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.NotifyInterval == 0 {
+		c.NotifyInterval = DefaultNotifyInterval
+	}
+	if c.NotifyInterval < 0 {
+		return c, store.Invalid("sqlite: open", "notify interval %v is negative", c.NotifyInterval)
 	}
 	return c, nil
 }
@@ -103,6 +130,8 @@ type Store struct {
 	w      *sql.DB // one connection: every write transaction
 	r      *sql.DB // read-only pool (the same as w in memory)
 	closed atomic.Bool
+	// claims: the keys of tasks this store just created, for Claim.
+	claims store.Claims
 
 	reqs    chan *writeReq // to the writer goroutine
 	stop    chan struct{}  // closed by Close
@@ -112,6 +141,10 @@ type Store struct {
 	txns    atomic.Int64
 	writes  atomic.Int64
 	rs      readStmts
+
+	hubOnce sync.Once
+	hub     *store.Hub // ledger.Notes listeners (notes.go)
+	ident   identity   // the database's marker (outbox.go)
 }
 
 var _ ledger.Ledger = (*Store)(nil)
@@ -125,10 +158,12 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	}
 	q := broker.NewQuery(u)
 	o := Options{
-		BusyTimeout: q.Duration("busy_timeout", 5*time.Second),
-		Synchronous: q.String("synchronous", "full"),
-		Readers:     q.Int("readers", 4),
-		DedupWindow: q.Duration("dedup_window", store.DefaultDedupWindow),
+		BusyTimeout:    q.Duration("busy_timeout", 5*time.Second),
+		Synchronous:    q.String("synchronous", "full"),
+		Readers:        q.Int("readers", 4),
+		DedupWindow:    q.Duration("dedup_window", store.DefaultDedupWindow),
+		MustExist:      !q.Bool("create", true),
+		NotifyInterval: q.Duration("notify_interval", DefaultNotifyInterval),
 	}
 	if err := q.Finish(); err != nil {
 		return nil, broker.Invalidf("ledger DSN: %s", strings.TrimPrefix(err.Error(), "broker URL: "))
@@ -189,6 +224,11 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		w.SetConnMaxIdleTime(0)
 		s.w, s.r = w, w
 	} else {
+		if o.MustExist {
+			if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+				return nil, &broker.Error{Op: op, Class: broker.Permanent, Err: fmt.Errorf("no such database: %s", path)}
+			}
+		}
 		if err := checkHeader(path); err != nil {
 			return nil, err
 		}
@@ -224,7 +264,8 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		s.r = r
 	}
 	s.startWriter()
-	if err := s.migrate(ctx); err != nil {
+	// Processes opening a new ledger at once race for its lock.
+	if err := sqliteopen.RetryBusy(ctx, func() error { return s.migrate(ctx) }); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -270,15 +311,11 @@ func (s *Store) migrate(ctx context.Context) error {
 			version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
 			return err
 		}
-		var cur int
-		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&cur); err != nil {
-			return err
+		pending, err := s.pendingMigrations(ctx, tx, ms)
+		if err != nil {
+			return &broker.Error{Op: op, Class: broker.Permanent, Err: fmt.Errorf("%s: %w", s.path, err)}
 		}
-		if cur > len(ms) {
-			return &broker.Error{Op: op, Class: broker.Permanent,
-				Err: fmt.Errorf("%s has ledger schema version %d, newer than this program's %d: upgrade the program", s.path, cur, len(ms))}
-		}
-		for _, m := range ms[cur:] {
+		for _, m := range pending {
 			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
@@ -289,6 +326,28 @@ func (s *Store) migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// pendingMigrations returns the migrations of ms not yet recorded in tx's
+// database (store.Pending).
+func (s *Store) pendingMigrations(ctx context.Context, tx *sql.Tx, ms []store.Migration) ([]store.Migration, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT version FROM ledger_schema_version`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var applied []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		applied = append(applied, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return store.Pending(ms, applied)
 }
 
 // SchemaVersion returns the schema version the database is at.
@@ -310,6 +369,10 @@ func (s *Store) read(op string) error {
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	s.hubOnce.Do(func() {})
+	if s.hub != nil {
+		s.hub.Close()
 	}
 	if s.stop != nil {
 		close(s.stop)

@@ -110,9 +110,8 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 			existing = e
 			return nil
 		}
-		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason) VALUES (?, 1, ?, '', ?, 'enqueued')`,
-			t.ID, now.UnixNano(), string(ledger.Queued))
-		return err
+		// The "enqueued" event is derived (enqueuedEventSQL), not a row.
+		return nil
 	})
 	if err != nil {
 		return nil, false, err
@@ -120,6 +119,7 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	if existing != nil {
 		return existing, false, nil
 	}
+	s.claims.Add(t.ID, t.Tenant, t.IdempotencyKey)
 	return t, true, nil
 }
 
@@ -202,16 +202,21 @@ func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *le
 	if !req.RunAt.IsZero() {
 		runAt = req.RunAt.UnixNano()
 	}
+	var lane any
+	if req.Lane != "" {
+		lane = req.Lane
+	}
 	out, err := scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET
 			state = ?, updated_at = ?, event_seq = event_seq + 1,
 			attempt = CASE WHEN ? > 0 THEN ? ELSE attempt END,
 			result = CASE WHEN ? THEN ? ELSE result END,
 			last_error = COALESCE(?, last_error),
 			run_at = COALESCE(?, run_at),
+			lane = COALESCE(?, lane),
 			lease_until = CASE WHEN ? = 'running' THEN lease_until ELSE NULL END
 		WHERE id = ? AND state = ?
 		RETURNING `+taskCols,
-		string(req.To), now, req.Attempt, req.Attempt, req.Result != nil, result, lastErr, runAt, string(req.To), req.ID, cur))
+		string(req.To), now, req.Attempt, req.Attempt, req.Result != nil, result, lastErr, runAt, lane, string(req.To), req.ID, cur))
 	if err != nil {
 		return nil, err
 	}
@@ -316,9 +321,11 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 	for _, st := range terms {
 		args = append(args, string(st))
 	}
-	args = append(args, before.UnixNano(), pruneBatch)
+	args = append(args, before.UnixNano(), before.UnixNano(), pruneBatch)
+	// By created_at (indexed, and never later than updated_at): state and
+	// updated_at have no index, so that moving a task updates none.
 	q := `DELETE FROM ledger_tasks WHERE id IN (SELECT id FROM ledger_tasks WHERE state IN (?` +
-		strings.Repeat(", ?", len(terms)-1) + `) AND updated_at < ? LIMIT ?)`
+		strings.Repeat(", ?", len(terms)-1) + `) AND created_at < ? AND updated_at < ? LIMIT ?)`
 	total := 0
 	for {
 		var n int64
@@ -345,7 +352,16 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
 		}
 	}
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_dedup WHERE claimed_at < ?`, s.opts.Now().Add(-s.opts.DedupWindow).UnixNano())
+		if _, err := s.txExec(ctx, tx, `DELETE FROM ledger_dedup WHERE claimed_at < ?`, s.opts.Now().Add(-s.opts.DedupWindow).UnixNano()); err != nil {
+			return err
+		}
+		// Old notes too, for stores nobody listens to (notes.go).
+		if _, err := s.txExec(ctx, tx, `DELETE FROM ledger_notes WHERE at < ?`, s.opts.Now().Add(-noteKeep).UnixNano()); err != nil {
+			return err
+		}
+		// Ordering keys whose every number finished before the horizon
+		// (numbers restart from the clock, so a stray old copy stays late).
+		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_order_keys WHERE next_start > assigned AND running = 0 AND progress < ?`, before.UnixNano())
 		return err
 	})
 	return total, err

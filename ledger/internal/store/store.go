@@ -139,6 +139,11 @@ func Transition(op string, req *ledger.TransitionRequest) ([]ledger.State, error
 	if req.Attempt < 0 {
 		return nil, Invalid(op, "attempt %d is negative", req.Attempt)
 	}
+	if req.Lane != "" {
+		if err := broker.ValidateName("lane", req.Lane); err != nil {
+			return nil, Invalid(op, "%v", err)
+		}
+	}
 	if req.IfAttemptBelow < 0 {
 		return nil, Invalid(op, "IfAttemptBelow %d is negative", req.IfAttemptBelow)
 	}
@@ -169,7 +174,7 @@ func AttemptGuard(req *ledger.TransitionRequest, attempt int) bool {
 // AllStates lists every state in a fixed order.
 var AllStates = []ledger.State{
 	ledger.Queued, ledger.Running, ledger.RetryWait, ledger.Completed, ledger.Failed,
-	ledger.Dead, ledger.AwaitingReview, ledger.Rejected, ledger.Cancelled,
+	ledger.Dead, ledger.AwaitingReview, ledger.Rejected, ledger.Cancelled, ledger.AwaitingEvent,
 }
 
 // TerminalStates lists the terminal states.
@@ -307,7 +312,10 @@ type Migration struct {
 }
 
 // Migrations reads dir of fsys: files named NNNN_name.sql, applied in
-// version order. Versions must start at 1 and have no gaps.
+// version order. Versions must be unique; they may have gaps (features
+// developed side by side take their numbers in advance), and a store
+// applies every version it has not recorded yet (Pending), so a gap
+// filled later is applied then.
 func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 	ents, err := fs.ReadDir(fsys, dir)
 	if err != nil {
@@ -331,10 +339,38 @@ func Migrations(fsys fs.FS, dir string) ([]Migration, error) {
 		ms = append(ms, Migration{Version: v, Name: n, SQL: string(b)})
 	}
 	sort.Slice(ms, func(i, j int) bool { return ms[i].Version < ms[j].Version })
-	for i, m := range ms {
-		if m.Version != i+1 {
-			return nil, fmt.Errorf("migration versions must run 1, 2, 3…; %s is out of place", m.Name)
+	for i := 1; i < len(ms); i++ {
+		if ms[i].Version == ms[i-1].Version {
+			return nil, fmt.Errorf("migrations %s and %s share version %d", ms[i-1].Name, ms[i].Name, ms[i].Version)
 		}
 	}
 	return ms, nil
+}
+
+// Pending returns the migrations of ms whose versions are not in applied,
+// in order, or an error naming a version in applied that ms lacks (the
+// database was migrated by a newer program).
+func Pending(ms []Migration, applied []int) ([]Migration, error) {
+	known := map[int]bool{}
+	for _, m := range ms {
+		known[m.Version] = true
+	}
+	done := map[int]bool{}
+	for _, v := range applied {
+		if !known[v] {
+			last := 0
+			if len(ms) > 0 {
+				last = ms[len(ms)-1].Version
+			}
+			return nil, fmt.Errorf("ledger schema version %d is newer than this program's %d: upgrade the program", v, last)
+		}
+		done[v] = true
+	}
+	var out []Migration
+	for _, m := range ms {
+		if !done[m.Version] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
 }

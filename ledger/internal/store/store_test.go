@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -21,7 +22,7 @@ func TestTransition_From(t *testing.T) {
 		{nil, ledger.Running, []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait}},
 		{[]ledger.State{ledger.RetryWait, ledger.Completed}, ledger.Running, []ledger.State{ledger.RetryWait}},
 		{[]ledger.State{ledger.Completed}, ledger.Running, nil},
-		{nil, ledger.Queued, []ledger.State{ledger.Running, ledger.RetryWait, ledger.Failed, ledger.Dead, ledger.AwaitingReview}},
+		{nil, ledger.Queued, []ledger.State{ledger.Running, ledger.RetryWait, ledger.Failed, ledger.Dead, ledger.AwaitingReview, ledger.AwaitingEvent}},
 	} {
 		req := ledger.TransitionRequest{ID: "t", From: c.from, To: c.to, Reason: "r"}
 		got, err := Transition("op", &req)
@@ -52,13 +53,26 @@ func TestMigrations(t *testing.T) {
 		t.Fatalf("Migrations: %+v %v", ms, err)
 	}
 	for name, fsys := range map[string]fstest.MapFS{
-		"gap":     {"m/0001_a.sql": {}, "m/0003_c.sql": {}},
+		"dup":     {"m/0001_a.sql": {}, "m/0001_b.sql": {}},
 		"badname": {"m/first.sql": {}},
 		"zero":    {"m/0000_a.sql": {}},
 	} {
 		if _, err := Migrations(fsys, "m"); err == nil {
 			t.Errorf("Migrations %s: no error", name)
 		}
+	}
+	// A gap is allowed; Pending applies what is not recorded, a gap filled
+	// later included, and refuses a version it does not know.
+	gap, err := Migrations(fstest.MapFS{"m/0001_a.sql": {}, "m/0003_c.sql": {}}, "m")
+	if err != nil || len(gap) != 2 {
+		t.Fatalf("Migrations with a gap: %+v %v", gap, err)
+	}
+	p, err := Pending(append(gap[:1:1], Migration{Version: 2, Name: "0002_b.sql"}, gap[1]), []int{1, 3})
+	if err != nil || len(p) != 1 || p[0].Version != 2 {
+		t.Fatalf("Pending with a filled gap: %+v %v", p, err)
+	}
+	if _, err := Pending(gap, []int{1, 4}); err == nil || !strings.Contains(err.Error(), "newer than this program") {
+		t.Fatalf("Pending of a newer database: %v", err)
 	}
 }
 

@@ -1,0 +1,284 @@
+package embedded
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/internal/sqliteopen"
+)
+
+// uriPath escapes a file path for a SQLite "file:" URI, where "?" starts
+// the parameters, "#" a fragment and "%" an escape: left as they are, a
+// path like b#c.db opened "b" without the WAL and busy-timeout pragmas.
+func uriPath(p string) string {
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+var sqliteHeader = []byte("SQLite format 3\x00")
+
+// checkExisting refuses, without modifying it, an existing non-empty file
+// that is not a Switchyard embedded database: a file that is not SQLite,
+// and a SQLite database with tables but none of ours (another
+// application's, or a Switchyard ledger), which opening would otherwise
+// switch to WAL and fill with the broker's tables. A missing or empty file
+// is fine: it becomes a new database.
+func checkExisting(ctx context.Context, abs string) error {
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return broker.Wrap("open", broker.Permanent, fmt.Errorf("embedded: cannot read %s: %w", abs, err))
+	}
+	buf := make([]byte, len(sqliteHeader))
+	n, err := io.ReadFull(f, buf)
+	f.Close()
+	if n == 0 && (err == nil || errors.Is(err, io.EOF)) {
+		return nil
+	}
+	if err != nil || !bytes.Equal(buf, sqliteHeader) {
+		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database (it is not a SQLite file)", abs)
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro")
+	if err != nil {
+		return classifyOpen(err)
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+	if err != nil {
+		return classifyOpen(err)
+	}
+	defer rows.Close()
+	var names []string
+	ours := false
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return classifyOpen(err)
+		}
+		ours = ours || name == "sy_meta"
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return classifyOpen(err)
+	}
+	if len(names) > 0 && !ours {
+		if len(names) > 5 {
+			names = append(names[:5], "…")
+		}
+		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database: it is another SQLite database (tables %s); left unchanged", abs, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// sharedDB is one *sql.DB per database per process, shared by every driver
+// that opens it, so that publishes wake receivers at once and in-memory
+// databases live while anyone uses them.
+type sharedDB struct {
+	key    string
+	db     *sql.DB
+	refs   int
+	memory bool
+
+	mu     sync.Mutex
+	wakers map[string]*waker    // per namespace and lane, under mu
+	stmts  map[string]*sql.Stmt // prepared at open, read-only after
+}
+
+// waker returns the waker of (ns, lane).
+func (s *sharedDB) waker(ns, lane string) *waker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := ns + "\x00" + lane
+	w := s.wakers[k]
+	if w == nil {
+		w = newWaker()
+		s.wakers[k] = w
+	}
+	return w
+}
+
+// stmt returns query prepared on the database at open (parsing the receive
+// query costs more than running it). Every query the driver runs often is
+// in preparedQueries; preparing lazily could deadlock on the single
+// connection while a transaction holds it.
+func (s *sharedDB) stmt(query string) (*sql.Stmt, error) {
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	return nil, fmt.Errorf("embedded: statement not prepared: %.40s", query)
+}
+
+var (
+	sharedMu sync.Mutex
+	sharedBy = map[string]*sharedDB{}
+)
+
+func acquireShared(ctx context.Context, key, dsn string, memory bool) (*sharedDB, error) {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if s := sharedBy[key]; s != nil {
+		s.refs++
+		return s, nil
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, broker.Wrap("open", broker.Permanent, err)
+	}
+	// One connection: SQLite has one writer anyway, and a single
+	// connection avoids SQLITE_BUSY churn inside the process. Other
+	// processes coordinate through SQLite's file locks and busy_timeout.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	// Processes opening a new file at once race for its lock.
+	if err := sqliteopen.RetryBusy(ctx, func() error { return migrate(ctx, db) }); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[string]*waker{}, stmts: map[string]*sql.Stmt{}}
+	for _, q := range preparedQueries {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			db.Close()
+			return nil, classifyOpen(err)
+		}
+		s.stmts[q] = st
+	}
+	sharedBy[key] = s
+	return s, nil
+}
+
+func releaseShared(s *sharedDB) error {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	s.refs--
+	if s.refs > 0 || s.memory {
+		// A named in-memory database lives as long as the process, like a
+		// server would: a consumer that closes without acking must not
+		// take the other consumers' messages with it.
+		return nil
+	}
+	delete(sharedBy, s.key)
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	return s.db.Close()
+}
+
+const schemaVersion = 1
+
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+	`CREATE TABLE IF NOT EXISTS sy_messages (
+		seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+		ns           TEXT NOT NULL,
+		lane         TEXT NOT NULL,
+		dead         INTEGER NOT NULL DEFAULT 0,
+		id           TEXT NOT NULL,
+		kind         TEXT NOT NULL,
+		body         BLOB,
+		headers      BLOB,
+		tenant       TEXT NOT NULL DEFAULT '',
+		idem_key     TEXT NOT NULL DEFAULT '',
+		ord_key      TEXT NOT NULL DEFAULT '',
+		run_at       INTEGER NOT NULL DEFAULT 0,
+		enqueued_at  INTEGER NOT NULL,
+		max_attempts INTEGER NOT NULL DEFAULT 0,
+		visible_at   INTEGER NOT NULL,
+		attempts     INTEGER NOT NULL DEFAULT 0,
+		lease_token  INTEGER NOT NULL DEFAULT 0,
+		dead_letter  BLOB
+	)`,
+	`CREATE INDEX IF NOT EXISTS sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
+	`CREATE INDEX IF NOT EXISTS sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
+	`CREATE TABLE IF NOT EXISTS sy_dedup (
+		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
+		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
+		PRIMARY KEY (ns, lane, tenant, key)
+	) WITHOUT ROWID`,
+}
+
+func migrate(ctx context.Context, db *sql.DB) error {
+	// A quick read first: a file that is not SQLite fails here with a clear
+	// error instead of deep inside a statement.
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
+		return classifyOpen(err)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return classifyOpen(err)
+	}
+	defer tx.Rollback()
+	for _, s := range schema {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return classifyOpen(err)
+		}
+	}
+	var v string
+	err = tx.QueryRowContext(ctx, `SELECT value FROM sy_meta WHERE key = 'schema_version'`).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		if _, err := tx.ExecContext(ctx, `INSERT INTO sy_meta (key, value) VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
+			return classifyOpen(err)
+		}
+	case err != nil:
+		return classifyOpen(err)
+	case v != fmt.Sprint(schemaVersion):
+		return broker.Invalidf("embedded: database schema version %s is not supported by this build (which knows %d)", v, schemaVersion)
+	}
+	return classifyOpen(tx.Commit())
+}
+
+// txStmt returns query prepared once, bound to tx.
+func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	st, err := d.shared.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return tx.StmtContext(ctx, st), nil
+}
+
+func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
+
+var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL}
+
+// waker lets Receive calls sleep until a publish in this process.
+type waker struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newWaker() *waker { return &waker{ch: make(chan struct{})} }
+
+func (w *waker) wait() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+func (w *waker) broadcast() {
+	w.mu.Lock()
+	close(w.ch)
+	w.ch = make(chan struct{})
+	w.mu.Unlock()
+}

@@ -1,0 +1,4 @@
+package broker
+
+// Tracked is how many deliveries b holds an ordering place for.
+func Tracked(b *Broker) int { return b.tracked() }

@@ -1,0 +1,107 @@
+package ledger
+
+import (
+	"context"
+	"strconv"
+	"strings"
+)
+
+// Notes is an optional interface of a Ledger: a control channel between
+// the processes that share the ledger, independent of the task broker.
+// Both stores implement it: ledger/postgres with LISTEN/NOTIFY (a note
+// reaches listeners when its transaction commits), ledger/sqlite with a
+// small table (ledger_notes) that one goroutine per store polls at
+// sqlite.Options.NotifyInterval (50 ms by default).
+//
+// Every event whose new state is terminal or awaiting_review produces a
+// Note{Topic: TopicState} in the same transaction as the move (a database
+// trigger, so every path — the runtime, an operator, a bulk operation —
+// is covered). Every AppendStream (progress reports, chunks) produces a
+// Note{Topic: TopicStream} in its transaction too, its Detail the offset
+// of the last entry appended, so that followers of a task's stream
+// (Client.Watch) wake when it grows instead of polling. Notify sends
+// other notes.
+//
+// Delivery is best effort and at most once per listener: a listener that
+// falls behind, or whose connection drops, gets a Note{Topic: TopicGap}
+// and must re-read the ledger for what it cares about. Notes are hints;
+// the ledger stays the truth.
+//
+// Use NotesOf to find the interface behind a wrapper (WithCodec).
+type Notes interface {
+	// Notify sends n to every listener of every process sharing the
+	// ledger. n.Topic must be a valid name (broker.ValidateName) and
+	// n.TaskID a task ID; Detail is at most MaxNoteDetail bytes.
+	Notify(ctx context.Context, n Note) error
+	// Listen returns the notes sent from now on, until ctx ends; then the
+	// channel is closed. Each call is its own listener (one poller or
+	// connection per store serves them all).
+	Listen(ctx context.Context) (<-chan Note, error)
+}
+
+// Note is one notification.
+type Note struct {
+	// Topic says what happened: TopicState, TopicGap, or a caller's own.
+	Topic string
+	// TaskID is the task the note is about ("" for TopicGap).
+	TaskID string
+	// State is the task's new state, for TopicState.
+	State State
+	// Detail is free text (at most MaxNoteDetail bytes).
+	Detail string
+}
+
+// Note topics.
+const (
+	// TopicState: task TaskID moved to State (a terminal state or
+	// awaiting_review), written by the store in the move's transaction.
+	TopicState = "state"
+	// TopicGap: the listener may have missed notes (it fell behind, or
+	// the store's connection was re-established): re-read the ledger.
+	TopicGap = "gap"
+	// TopicStream: task TaskID's stream grew (AppendStream committed);
+	// Detail is the offset of the last entry appended, in decimal.
+	TopicStream = "stream"
+)
+
+// MaxNoteDetail bounds Note.Detail (PostgreSQL's NOTIFY payload limit is
+// 8000 bytes, with the topic and task ID).
+const MaxNoteDetail = 4000
+
+// NotesOf returns L's Notes, looking through wrappers that have an
+// Unwrap() Ledger method (WithCodec's). ok is false when the store has
+// none.
+func NotesOf(L Ledger) (Notes, bool) {
+	for L != nil {
+		if n, ok := L.(Notes); ok {
+			return n, true
+		}
+		u, ok := L.(interface{ Unwrap() Ledger })
+		if !ok {
+			return nil, false
+		}
+		L = u.Unwrap()
+	}
+	return nil, false
+}
+
+// EncodeNote is the wire form of a note (ledger/postgres's NOTIFY
+// payload): topic|state|len(task)|task detail, where len is the task ID's
+// length in bytes, so that no character of an ID or a detail can break
+// the parse.
+func EncodeNote(n Note) string {
+	return n.Topic + "|" + string(n.State) + "|" + strconv.Itoa(len(n.TaskID)) + "|" + n.TaskID + n.Detail
+}
+
+// DecodeNote parses EncodeNote's form; ok is false for anything else.
+func DecodeNote(s string) (Note, bool) {
+	parts := strings.SplitN(s, "|", 4)
+	if len(parts) != 4 || parts[0] == "" {
+		return Note{}, false
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil || n < 0 || n > len(parts[3]) {
+		return Note{}, false
+	}
+	return Note{Topic: parts[0], State: State(parts[1]), TaskID: parts[3][:n], Detail: parts[3][n:]}, true
+}

@@ -1,0 +1,101 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/spend"
+)
+
+// Group fields of a spend report.
+var groupCols = map[string]string{
+	"tenant": "tenant", "kind": "kind", "run": "run_id", "provider": "provider", "model": "model",
+	"mode": "mode", "cache_key": "cache_key", "state": "state",
+}
+
+// SpendQuery selects a spend report.
+type SpendQuery struct {
+	// Since and Until bound the reservation time; zero means open.
+	Since, Until time.Time
+	// Tenant keeps one tenant; "" keeps all.
+	Tenant string
+	// By groups rows: any of tenant, kind, run, provider, model, mode,
+	// cache_key, state. Nil sums everything into one row.
+	By []string
+}
+
+// SpendRow is one group of a report. Fields not grouped by are empty.
+type SpendRow struct {
+	Group map[string]string
+	Calls int64
+	Usage spend.Usage
+	Cost  spend.Micros
+}
+
+// CachedShare is the share of input tokens read from the prompt cache, 0..1.
+func (r SpendRow) CachedShare() float64 {
+	in := r.Usage.Input + r.Usage.CachedInput
+	if in == 0 {
+		return 0
+	}
+	return float64(r.Usage.CachedInput) / float64(in)
+}
+
+// Spend reports settled and reserved spend (state distinguishes them when
+// grouped by; Cost of a reserved row is its estimate).
+func (s *Store) Spend(ctx context.Context, q SpendQuery) ([]SpendRow, error) {
+	var cols []string
+	for _, f := range q.By {
+		c, ok := groupCols[f]
+		if !ok {
+			return nil, fmt.Errorf("sqlstore: cannot group spend by %q (tenant, kind, run, provider, model, mode, cache_key, state)", f)
+		}
+		cols = append(cols, c)
+	}
+	sel := "COUNT(*), COALESCE(SUM(input), 0), COALESCE(SUM(cached_input), 0), COALESCE(SUM(output), 0), COALESCE(SUM(micros), 0)"
+	if len(cols) > 0 {
+		sel = strings.Join(cols, ", ") + ", " + sel
+	}
+	where, args := []string{"1 = 1"}, []any{}
+	if !q.Since.IsZero() {
+		where, args = append(where, "at >= ?"), append(args, ns(q.Since))
+	}
+	if !q.Until.IsZero() {
+		where, args = append(where, "at < ?"), append(args, ns(q.Until))
+	}
+	if q.Tenant != "" {
+		where, args = append(where, "tenant = ?"), append(args, q.Tenant)
+	}
+	query := "SELECT " + sel + " FROM switchyard_spend WHERE " + strings.Join(where, " AND ")
+	if len(cols) > 0 {
+		query += " GROUP BY " + strings.Join(cols, ", ") + " ORDER BY " + strings.Join(cols, ", ")
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []SpendRow
+	for rows.Next() {
+		vals := make([]string, len(cols))
+		var r SpendRow
+		var cost int64
+		dst := make([]any, 0, len(cols)+5)
+		for i := range vals {
+			dst = append(dst, &vals[i])
+		}
+		dst = append(dst, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost)
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r.Cost = spend.Micros(cost)
+		r.Group = map[string]string{}
+		for i, f := range q.By {
+			r.Group[f] = vals[i]
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
