@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/fileperm"
 	"github.com/switchyard-dev/switchyard/internal/sqliteopen"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/front"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
@@ -123,15 +124,21 @@ func (o *Options) withDefaults() (Options, error) {
 	return c, nil
 }
 
-// Store is the SQLite ledger. It implements ledger.Ledger.
+// Store is the SQLite ledger. It implements ledger.Ledger, and
+// ledger.Runs, ledger.LaneControls, ledger.Servers, ledger.History,
+// ledger.Notes, ledger.StreamStore, ledger.Outbox, broker.DedupStore and
+// broker.SequencerSource: the methods are theirs, documented there, and
+// shared with the PostgreSQL store (their validation is one layer over
+// both).
 type Store struct {
+	// ledgerFront holds the public methods: it validates their arguments
+	// and calls backend, this store's SQL.
+	ledgerFront
 	path   string
 	opts   Options
 	w      *sql.DB // one connection: every write transaction
 	r      *sql.DB // read-only pool (the same as w in memory)
 	closed atomic.Bool
-	// claims: the keys of tasks this store just created, for Claim.
-	claims store.Claims
 
 	reqs    chan *writeReq // to the writer goroutine
 	stop    chan struct{}  // closed by Close
@@ -147,7 +154,18 @@ type Store struct {
 	ident   identity   // the database's marker (outbox.go)
 }
 
-var _ ledger.Ledger = (*Store)(nil)
+// ledgerFront is the embedded front: an alias, so that the field is
+// unexported and only the methods are promoted.
+type ledgerFront = front.Front
+
+// backend is the Store's SQL, called by its front with validated
+// arguments (front.Backend). Its methods are not the Store's.
+type backend struct{ *Store }
+
+var (
+	_ ledger.Ledger = (*Store)(nil)
+	_ front.Backend = backend{}
+)
 
 // openURL is the registered opener; see the package documentation for the
 // DSN forms.
@@ -210,6 +228,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		return nil, store.Invalid(op, "database path %q contains ?, # or NUL", path)
 	}
 	s := &Store{path: path, opts: o, rs: readStmts{m: map[string]*sql.Stmt{}}}
+	front.Init(&s.ledgerFront, "sqlite", backend{s}, &s.closed, o.Now)
 	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", o.BusyTimeout.Milliseconds())
 	if path == Memory {
 		w, err := sql.Open("sqlite", "file::memory:?"+params+"&_txlock=immediate")
@@ -350,19 +369,11 @@ func (s *Store) pendingMigrations(ctx context.Context, tx *sql.Tx, ms []store.Mi
 	return store.Pending(ms, applied)
 }
 
-// SchemaVersion returns the schema version the database is at.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+// SchemaVersion implements front.Backend.
+func (s backend) SchemaVersion(ctx context.Context, op string) (int, error) {
 	var v int
 	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&v)
-	return v, s.classify("sqlite: schema version", err)
-}
-
-// read checks the store is open before a read.
-func (s *Store) read(op string) error {
-	if s.closed.Load() {
-		return store.Closed(op)
-	}
-	return nil
+	return v, s.classify(op, err)
 }
 
 // Close closes the database. Calls after Close return broker.ErrClosed.
