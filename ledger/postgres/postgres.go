@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/front"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
@@ -82,16 +83,22 @@ func (o *Options) withDefaults() (Options, error) {
 	return c, nil
 }
 
-// Store is the PostgreSQL ledger. It implements ledger.Ledger.
+// Store is the PostgreSQL ledger. It implements ledger.Ledger, and
+// ledger.Runs, ledger.LaneControls, ledger.Servers, ledger.History,
+// ledger.Notes, ledger.StreamStore, ledger.Outbox, broker.DedupStore and
+// broker.SequencerSource: the methods are theirs, documented there, and
+// shared with the SQLite store (their validation is one layer over
+// both).
 type Store struct {
+	// ledgerFront holds the public methods: it validates their arguments
+	// and calls backend, this store's SQL.
+	ledgerFront
 	pool   *pgxpool.Pool
 	opts   Options
 	closed atomic.Bool
 	g      *grouper // nil without group commit
 	notes  notes    // ledger.Notes (notes.go)
 	mark   marker   // the ledger's identity (outbox.go)
-	// claims: the keys of tasks this store just created, for Claim.
-	claims store.Claims
 	// checked holds the pgx connections CreateTx has found on this
 	// ledger's database (outbox.go); nChecked counts them.
 	checked  sync.Map
@@ -103,7 +110,18 @@ type Store struct {
 	listenStopOnce sync.Once
 }
 
-var _ ledger.Ledger = (*Store)(nil)
+// ledgerFront is the embedded front: an alias, so that the field is
+// unexported and only the methods are promoted.
+type ledgerFront = front.Front
+
+// backend is the Store's SQL, called by its front with validated
+// arguments (front.Backend). Its methods are not the Store's.
+type backend struct{ *Store }
+
+var (
+	_ ledger.Ledger = (*Store)(nil)
+	_ front.Backend = backend{}
+)
 
 // pgxParams are the DSN query parameters passed through to pgx.
 var pgxParams = map[string]bool{
@@ -176,6 +194,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, classify(op, err, false)
 	}
 	s := &Store{pool: pool, opts: o}
+	front.Init(&s.ledgerFront, "postgres", backend{s}, &s.closed, o.Now)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -249,11 +268,7 @@ func pendingMigrations(ctx context.Context, tx pgx.Tx, ms []store.Migration) ([]
 }
 
 // SchemaVersion returns the schema version the database is at.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	const op = "postgres: schema version"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+func (s backend) SchemaVersion(ctx context.Context, op string) (int, error) {
 	var v int
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&v)
 	return v, classify(op, err, false)
