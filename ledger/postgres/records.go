@@ -12,7 +12,7 @@ import (
 
 // StartAttempt implements front.Backend. Starting an attempt number that
 // is already recorded updates its worker and start time.
-func (s backend) StartAttempt(ctx context.Context, op string, a *ledger.Attempt) error {
+func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	if a.Start.IsZero() {
 		a.Start = s.opts.Now()
 	}
@@ -42,7 +42,7 @@ const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, 
 
 // FinishAttempt implements front.Backend. Empty Worker and zero Start keep
 // what StartAttempt recorded.
-func (s backend) FinishAttempt(ctx context.Context, op string, a *ledger.Attempt) error {
+func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	_, err := s.pool.Exec(ctx, finishAttemptSQL,
 		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 	if isFK(err) {
@@ -108,7 +108,7 @@ func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger
 
 // AppendEvent implements front.Backend. e.Seq is assigned; a zero e.At is
 // now.
-func (s backend) AppendEvent(ctx context.Context, op string, e *ledger.Event) error {
+func (s backend) AppendEvent(ctx context.Context, op string, e ledger.Event) error {
 	if e.At.IsZero() {
 		e.At = s.opts.Now()
 	}

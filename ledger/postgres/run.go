@@ -65,7 +65,7 @@ const beginRunSQL = `WITH cur AS (
 
 // BeginRun implements front.Backend in one statement (one round trip,
 // one commit).
-func (s backend) BeginRun(ctx context.Context, op string, req *ledger.RunStart) (*ledger.Task, error) {
+func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
 	now := s.opts.Now()
 	start := req.Start
 	if start.IsZero() {
@@ -113,7 +113,7 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 	UPDATE ledger_tasks SET lease_until = clock_timestamp() WHERE id = $1 AND state = 'running' AND attempt = $2`
 
 // EndRun implements front.Backend in one statement.
-func (s backend) EndRun(ctx context.Context, op string, req *ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
+func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
 	if req.Transition == nil {
 		_, err := s.exec(ctx, endRunLeaseSQL, a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)

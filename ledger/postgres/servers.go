@@ -13,7 +13,7 @@ import (
 var _ ledger.Servers = (*Store)(nil)
 
 // RegisterServer implements front.Backend.
-func (s backend) RegisterServer(ctx context.Context, op string, sv *ledger.Server, lanes string) error {
+func (s backend) RegisterServer(ctx context.Context, op string, sv ledger.Server, lanes string) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_servers
 		(id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)

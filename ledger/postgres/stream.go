@@ -137,7 +137,7 @@ func isUnique(err error) bool {
 }
 
 // PutWait implements front.Backend.
-func (s backend) PutWait(ctx context.Context, op string, w *ledger.Wait) (ledger.Wait, bool, error) {
+func (s backend) PutWait(ctx context.Context, op string, w ledger.Wait) (ledger.Wait, bool, error) {
 	now := s.opts.Now()
 	var out ledger.Wait
 	err := s.queryRow(ctx, `INSERT INTO ledger_waits (`+waitCols+`)

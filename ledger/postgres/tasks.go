@@ -150,7 +150,7 @@ var transitionLaneSQL = strings.Replace(transitionSQL, "run_at = COALESCE($8::ti
 
 // Transition implements front.Backend with a guarded
 // UPDATE … WHERE state = ANY(…) and the event insert in one statement.
-func (s backend) Transition(ctx context.Context, op string, req *ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
+func (s backend) Transition(ctx context.Context, op string, req ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
 	fromS := make([]string, len(from))
 	for i, st := range from {
 		fromS[i] = string(st)
@@ -187,7 +187,7 @@ func (s backend) Transition(ctx context.Context, op string, req *ledger.Transiti
 		if err != nil {
 			return nil, classify(op, err, false)
 		}
-		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
+		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
 			return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
 		}
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // StartAttempt implements front.Backend.
-func (s backend) StartAttempt(ctx context.Context, op string, a *ledger.Attempt) error {
+func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
@@ -33,7 +33,7 @@ const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, 
 				error = excluded.error, stack = excluded.stack`
 
 // FinishAttempt implements front.Backend.
-func (s backend) FinishAttempt(ctx context.Context, op string, a *ledger.Attempt) error {
+func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
@@ -100,7 +100,7 @@ func (s backend) Events(ctx context.Context, op, taskID string) ([]ledger.Event,
 }
 
 // AppendEvent implements front.Backend.
-func (s backend) AppendEvent(ctx context.Context, op string, e *ledger.Event) error {
+func (s backend) AppendEvent(ctx context.Context, op string, e ledger.Event) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		var seq int64
 		err := s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET event_seq = event_seq + 1 WHERE id = ? RETURNING event_seq`, e.TaskID).Scan(&seq)

@@ -13,7 +13,7 @@ import (
 // BeginRun implements front.Backend: the move to running, the lease, the
 // attempt record and the event in one write (group-committed with the
 // writes of other tasks).
-func (s backend) BeginRun(ctx context.Context, op string, req *ledger.RunStart) (*ledger.Task, error) {
+func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
 	var (
 		out      *ledger.Task
 		conflict error
@@ -62,7 +62,7 @@ func (s backend) BeginRun(ctx context.Context, op string, req *ledger.RunStart) 
 
 // EndRun implements front.Backend: the attempt's outcome and the
 // transition in one write.
-func (s backend) EndRun(ctx context.Context, op string, req *ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
+func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
 	var (
 		out      *ledger.Task

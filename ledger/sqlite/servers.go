@@ -12,7 +12,7 @@ import (
 var _ ledger.Servers = (*Store)(nil)
 
 // RegisterServer implements front.Backend.
-func (s backend) RegisterServer(ctx context.Context, op string, sv *ledger.Server, lanes string) error {
+func (s backend) RegisterServer(ctx context.Context, op string, sv ledger.Server, lanes string) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_servers
 			(id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns)

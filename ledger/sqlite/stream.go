@@ -152,7 +152,7 @@ func scanWait(r interface{ Scan(...any) error }) (ledger.Wait, error) {
 }
 
 // PutWait implements front.Backend.
-func (s backend) PutWait(ctx context.Context, op string, w *ledger.Wait) (ledger.Wait, bool, error) {
+func (s backend) PutWait(ctx context.Context, op string, w ledger.Wait) (ledger.Wait, bool, error) {
 	now := s.opts.Now().UnixNano()
 	var out ledger.Wait
 	created := false

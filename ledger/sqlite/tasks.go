@@ -136,11 +136,11 @@ func (s backend) GetByKey(ctx context.Context, op, tenant, key string) (*ledger.
 }
 
 // Transition implements front.Backend.
-func (s backend) Transition(ctx context.Context, op string, req *ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
+func (s backend) Transition(ctx context.Context, op string, req ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
 	var out *ledger.Task
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
-		out, err = s.transitionTx(ctx, tx, op, req, from)
+		out, err = s.transitionTx(ctx, tx, op, &req, from)
 		return err
 	})
 	if err != nil {

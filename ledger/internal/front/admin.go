@@ -54,7 +54,7 @@ func (f *Front) RegisterServer(ctx context.Context, sv ledger.Server) error {
 	if err := f.check(op); err != nil {
 		return err
 	}
-	return f.b.RegisterServer(ctx, op, &sv, lanes)
+	return f.b.RegisterServer(ctx, op, sv, lanes)
 }
 
 // RemoveServer implements ledger.Servers.

@@ -29,7 +29,7 @@ type Backend interface {
 	Get(ctx context.Context, op, id string) (*ledger.Task, error)
 	GetByKey(ctx context.Context, op, tenant, key string) (*ledger.Task, error)
 	// Transition moves req.ID when its state is one of from (store.Transition).
-	Transition(ctx context.Context, op string, req *ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error)
+	Transition(ctx context.Context, op string, req ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error)
 	// List lists by f, whose defaults are applied (store.Filter).
 	List(ctx context.Context, op string, f ledger.Filter) ([]*ledger.Task, error)
 	Prune(ctx context.Context, op string, before time.Time) (int, error)
@@ -37,12 +37,12 @@ type Backend interface {
 	// Attempts, events, steps and effects (ledger.Ledger).
 
 	// StartAttempt: a.Start is set.
-	StartAttempt(ctx context.Context, op string, a *ledger.Attempt) error
-	FinishAttempt(ctx context.Context, op string, a *ledger.Attempt) error
+	StartAttempt(ctx context.Context, op string, a ledger.Attempt) error
+	FinishAttempt(ctx context.Context, op string, a ledger.Attempt) error
 	Attempts(ctx context.Context, op, taskID string) ([]ledger.Attempt, error)
 	Events(ctx context.Context, op, taskID string) ([]ledger.Event, error)
 	// AppendEvent: e.At is set.
-	AppendEvent(ctx context.Context, op string, e *ledger.Event) error
+	AppendEvent(ctx context.Context, op string, e ledger.Event) error
 	// GetStep: ok is false when no output is stored.
 	GetStep(ctx context.Context, op, taskID, name string) (out []byte, ok bool, err error)
 	// PutStep: output is not nil.
@@ -60,10 +60,10 @@ type Backend interface {
 
 	// Runs (ledger.Runs).
 
-	BeginRun(ctx context.Context, op string, req *ledger.RunStart) (*ledger.Task, error)
+	BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error)
 	// EndRun: from is the states the task may be in for req.Transition
 	// (nil without one).
-	EndRun(ctx context.Context, op string, req *ledger.RunEnd, from []ledger.State) (*ledger.Task, error)
+	EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error)
 	// RenewLeases: leases is not empty.
 	RenewLeases(ctx context.Context, op string, leases []ledger.Lease, d time.Duration) ([]string, error)
 
@@ -74,7 +74,7 @@ type Backend interface {
 	LaneEvents(ctx context.Context, op, lane string, limit int) ([]ledger.LaneEvent, error)
 	PausedLanes(ctx context.Context, op string) ([]ledger.LanePause, error)
 	// RegisterServer: lanes is sv.Lanes joined for storage.
-	RegisterServer(ctx context.Context, op string, sv *ledger.Server, lanes string) error
+	RegisterServer(ctx context.Context, op string, sv ledger.Server, lanes string) error
 	RemoveServer(ctx context.Context, op, id string) error
 	PruneServers(ctx context.Context, op string, before time.Time) (int, error)
 	ListServers(ctx context.Context, op string) ([]ledger.Server, error)
@@ -93,7 +93,7 @@ type Backend interface {
 	// LatestProgress: ids is not empty; out is the map to fill.
 	LatestProgress(ctx context.Context, op string, ids []string, out map[string]ledger.StreamEntry) error
 	PruneStreams(ctx context.Context, op string, before time.Time) (int, error)
-	PutWait(ctx context.Context, op string, w *ledger.Wait) (ledger.Wait, bool, error)
+	PutWait(ctx context.Context, op string, w ledger.Wait) (ledger.Wait, bool, error)
 	GetWait(ctx context.Context, op, taskID, name string) (ledger.Wait, error)
 	// MoveWait settles the pending wait t to state (ledger.WaitSignalled
 	// with a non-nil payload, or ledger.WaitTimedOut with none).

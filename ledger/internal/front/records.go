@@ -21,7 +21,7 @@ func (f *Front) StartAttempt(ctx context.Context, a ledger.Attempt) error {
 	if a.Start.IsZero() {
 		a.Start = f.now()
 	}
-	return f.b.StartAttempt(ctx, op, &a)
+	return f.b.StartAttempt(ctx, op, a)
 }
 
 // FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
@@ -34,7 +34,7 @@ func (f *Front) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 	if err := f.check(op); err != nil {
 		return err
 	}
-	return f.b.FinishAttempt(ctx, op, &a)
+	return f.b.FinishAttempt(ctx, op, a)
 }
 
 // Attempts implements ledger.Ledger. An unknown task has no attempts.
@@ -76,7 +76,7 @@ func (f *Front) AppendEvent(ctx context.Context, e ledger.Event) error {
 	if e.At.IsZero() {
 		e.At = f.now()
 	}
-	return f.b.AppendEvent(ctx, op, &e)
+	return f.b.AppendEvent(ctx, op, e)
 }
 
 // GetStep implements ledger.Ledger. A stored output is never nil.

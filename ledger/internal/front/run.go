@@ -17,7 +17,7 @@ func (f *Front) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
-	return f.b.BeginRun(ctx, op, &req)
+	return f.b.BeginRun(ctx, op, req)
 }
 
 // EndRun implements ledger.Runs.
@@ -30,7 +30,7 @@ func (f *Front) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
-	return f.b.EndRun(ctx, op, &req, from)
+	return f.b.EndRun(ctx, op, req, from)
 }
 
 // RenewLeases implements ledger.Runs.

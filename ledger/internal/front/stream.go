@@ -74,7 +74,7 @@ func (f *Front) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, 
 	if err := f.check(op); err != nil {
 		return ledger.Wait{}, false, err
 	}
-	return f.b.PutWait(ctx, op, &w)
+	return f.b.PutWait(ctx, op, w)
 }
 
 // GetWait implements ledger.StreamStore.

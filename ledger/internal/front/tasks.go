@@ -107,7 +107,7 @@ func (f *Front) Transition(ctx context.Context, req ledger.TransitionRequest) (*
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
-	return f.b.Transition(ctx, op, &req, from)
+	return f.b.Transition(ctx, op, req, from)
 }
 
 // List implements ledger.Ledger.
