@@ -10,7 +10,7 @@ import (
 
 // SetLanePaused implements ledger.LaneControls.
 func (f *Front) SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error {
-	op := f.op(opSetLanePaused)
+	op := f.op("set lane paused")
 	if err := store.LanePause(op, lane, actor); err != nil {
 		return err
 	}
@@ -22,7 +22,7 @@ func (f *Front) SetLanePaused(ctx context.Context, lane string, paused bool, act
 
 // LaneEvents implements ledger.LaneControls.
 func (f *Front) LaneEvents(ctx context.Context, lane string, limit int) ([]ledger.LaneEvent, error) {
-	op := f.op(opLaneEvents)
+	op := f.op("lane events")
 	limit, err := store.LaneEvents(op, lane, limit)
 	if err != nil {
 		return nil, err
@@ -36,7 +36,7 @@ func (f *Front) LaneEvents(ctx context.Context, lane string, limit int) ([]ledge
 
 // PausedLanes implements ledger.LaneControls.
 func (f *Front) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
-	op := f.op(opPausedLanes)
+	op := f.op("paused lanes")
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
@@ -46,7 +46,7 @@ func (f *Front) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
 
 // RegisterServer implements ledger.Servers.
 func (f *Front) RegisterServer(ctx context.Context, sv ledger.Server) error {
-	op := f.op(opRegisterServer)
+	op := f.op("register server")
 	lanes, err := store.Server(op, &sv)
 	if err != nil {
 		return err
@@ -59,7 +59,7 @@ func (f *Front) RegisterServer(ctx context.Context, sv ledger.Server) error {
 
 // RemoveServer implements ledger.Servers.
 func (f *Front) RemoveServer(ctx context.Context, id string) error {
-	op := f.op(opRemoveServer)
+	op := f.op("remove server")
 	if err := store.Key(op, "server id", id); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (f *Front) RemoveServer(ctx context.Context, id string) error {
 
 // PruneServers implements ledger.Servers.
 func (f *Front) PruneServers(ctx context.Context, before time.Time) (int, error) {
-	op := f.op(opPruneServers)
+	op := f.op("prune servers")
 	if err := f.check(op); err != nil {
 		return 0, err
 	}
@@ -80,7 +80,7 @@ func (f *Front) PruneServers(ctx context.Context, before time.Time) (int, error)
 
 // ListServers implements ledger.Servers.
 func (f *Front) ListServers(ctx context.Context) ([]ledger.Server, error) {
-	op := f.op(opListServers)
+	op := f.op("list servers")
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func (f *Front) ListServers(ctx context.Context) ([]ledger.Server, error) {
 
 // RecordHistory implements ledger.History.
 func (f *Front) RecordHistory(ctx context.Context, server string, pts []ledger.HistoryPoint) error {
-	op := f.op(opRecordHistory)
+	op := f.op("record history")
 	if err := store.History(op, server, pts); err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func (f *Front) RecordHistory(ctx context.Context, server string, pts []ledger.H
 
 // ListHistory implements ledger.History.
 func (f *Front) ListHistory(ctx context.Context, since time.Time, lane string) ([]ledger.HistoryPoint, error) {
-	op := f.op(opListHistory)
+	op := f.op("list history")
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
@@ -116,7 +116,7 @@ func (f *Front) ListHistory(ctx context.Context, since time.Time, lane string) (
 
 // PruneHistory implements ledger.History.
 func (f *Front) PruneHistory(ctx context.Context, before time.Time) (int, error) {
-	op := f.op(opPruneHistory)
+	op := f.op("prune history")
 	if err := f.check(op); err != nil {
 		return 0, err
 	}
@@ -125,7 +125,7 @@ func (f *Front) PruneHistory(ctx context.Context, before time.Time) (int, error)
 
 // Notify implements ledger.Notes.
 func (f *Front) Notify(ctx context.Context, n ledger.Note) error {
-	op := f.op(opNotify)
+	op := f.op("notify")
 	if err := store.Note(op, n); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (f *Front) Notify(ctx context.Context, n ledger.Note) error {
 
 // Listen implements ledger.Notes.
 func (f *Front) Listen(ctx context.Context) (<-chan ledger.Note, error) {
-	op := f.op(opListen)
+	op := f.op("listen")
 	if err := f.check(op); err != nil {
 		return nil, err
 	}

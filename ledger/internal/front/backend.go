@@ -58,7 +58,7 @@ type Backend interface {
 	Claim(ctx context.Context, op, lane, tenant, key, id string) (string, bool, error)
 	Release(ctx context.Context, op, lane, tenant, key, id string) error
 
-	// Runs (ledger.Runs).
+	// Runs (ledger.Ledger).
 
 	BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error)
 	// EndRun: from is the states the task may be in for req.Transition

@@ -20,6 +20,7 @@
 package front
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,8 @@ import (
 // value is not usable.
 type Front struct {
 	b      Backend
-	ops    *[nOps]string
+	name   string
+	ops    sync.Map // operation name → its errors' Op, "<store>: <operation>"
 	closed *atomic.Bool
 	now    func() time.Time
 	// claims: the keys of tasks this store just created, for Claim.
@@ -42,13 +44,20 @@ type Front struct {
 // prefix of its errors' Op), with backend b, the store's closed flag
 // (set by its Close) and clock now.
 func Init(f *Front, name string, b Backend, closed *atomic.Bool, now func() time.Time) {
-	f.b, f.closed, f.now = b, closed, now
-	f.ops = opsOf(name)
+	f.b, f.name, f.closed, f.now = b, name, closed, now
+	f.ops.Clear()
 	f.seq = seqFront{f}
 }
 
-// op returns the Op of id's errors: "<store>: <operation>".
-func (f *Front) op(id opID) string { return f.ops[id] }
+// op returns the Op of the errors of operation name: "<store>: <name>",
+// built once per name, so that no call builds a string.
+func (f *Front) op(name string) string {
+	if op, ok := f.ops.Load(name); ok {
+		return op.(string)
+	}
+	op, _ := f.ops.LoadOrStore(name, f.name+": "+name)
+	return op.(string)
+}
 
 // check returns broker.ErrClosed once the store is closed.
 func (f *Front) check(op string) error {

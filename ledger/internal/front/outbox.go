@@ -8,18 +8,9 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// outboxTasks validates in's tasks as CreateMany does, at one now.
+// outboxTasks validates in's tasks as CreateMany does.
 func (f *Front) outboxTasks(op string, in []ledger.OutboxTask) ([]*ledger.Task, []ledger.CreateResult, time.Time) {
-	now := f.now()
-	ts, res := make([]*ledger.Task, len(in)), make([]ledger.CreateResult, len(in))
-	for i, ot := range in {
-		c, err := store.CreateTask(op, ot.Task, now)
-		if err != nil {
-			res[i].Err = err
-			continue
-		}
-		ts[i] = c
-	}
+	ts, res, _, now := f.validTasks(op, len(in), func(i int) *ledger.Task { return in[i].Task })
 	return ts, res, now
 }
 
@@ -27,7 +18,7 @@ func (f *Front) outboxTasks(op string, in []ledger.OutboxTask) ([]*ledger.Task, 
 // outbox rows, in the caller's transaction txv (of a type the store
 // takes, on the ledger's database).
 func (f *Front) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) ([]ledger.CreateResult, error) {
-	op := f.op(opCreateTx)
+	op := f.op("create in tx")
 	if err := f.check(op); err != nil {
 		return nil, err
 	}
@@ -40,7 +31,7 @@ func (f *Front) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) (
 
 // CreateOutbox implements ledger.Outbox.
 func (f *Front) CreateOutbox(ctx context.Context, in []ledger.OutboxTask, owner string, lease time.Duration) ([]ledger.CreateResult, error) {
-	op := f.op(opCreateOutbox)
+	op := f.op("create outbox")
 	if lease < 0 {
 		return nil, store.Invalid(op, "lease %v is negative", lease)
 	}
@@ -59,7 +50,7 @@ func (f *Front) CreateOutbox(ctx context.Context, in []ledger.OutboxTask, owner 
 
 // ClaimOutbox implements ledger.Outbox.
 func (f *Front) ClaimOutbox(ctx context.Context, owner string, limit int, lease time.Duration) ([]ledger.OutboxItem, error) {
-	op := f.op(opClaimOutbox)
+	op := f.op("claim outbox")
 	if limit <= 0 || lease <= 0 || owner == "" {
 		return nil, store.Invalid(op, "limit %d and lease %v must be positive and owner non-empty", limit, lease)
 	}
@@ -71,7 +62,7 @@ func (f *Front) ClaimOutbox(ctx context.Context, owner string, limit int, lease 
 
 // DoneOutbox implements ledger.Outbox.
 func (f *Front) DoneOutbox(ctx context.Context, owner string, taskIDs []string) error {
-	op := f.op(opDoneOutbox)
+	op := f.op("done outbox")
 	if len(taskIDs) == 0 {
 		return nil
 	}
@@ -83,7 +74,7 @@ func (f *Front) DoneOutbox(ctx context.Context, owner string, taskIDs []string) 
 
 // ReleaseOutbox implements ledger.Outbox. A negative retryIn is 0.
 func (f *Front) ReleaseOutbox(ctx context.Context, owner string, taskIDs []string, retryIn time.Duration, lastError string) error {
-	op := f.op(opReleaseOutbox)
+	op := f.op("release outbox")
 	if len(taskIDs) == 0 {
 		return nil
 	}
@@ -95,7 +86,7 @@ func (f *Front) ReleaseOutbox(ctx context.Context, owner string, taskIDs []strin
 
 // OutboxStats implements ledger.Outbox.
 func (f *Front) OutboxStats(ctx context.Context) (ledger.OutboxStats, error) {
-	op := f.op(opOutboxStats)
+	op := f.op("outbox stats")
 	if err := f.check(op); err != nil {
 		return ledger.OutboxStats{}, err
 	}

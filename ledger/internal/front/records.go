@@ -11,7 +11,7 @@ import (
 // is already recorded updates its worker and start time; a zero Start is
 // now.
 func (f *Front) StartAttempt(ctx context.Context, a ledger.Attempt) error {
-	op := f.op(opStartAttempt)
+	op := f.op("start attempt")
 	if err := store.Attempt(op, &a); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func (f *Front) StartAttempt(ctx context.Context, a ledger.Attempt) error {
 // FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
 // what StartAttempt recorded.
 func (f *Front) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
-	op := f.op(opFinishAttempt)
+	op := f.op("finish attempt")
 	if err := store.Attempt(op, &a); err != nil {
 		return err
 	}
@@ -39,7 +39,7 @@ func (f *Front) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 
 // Attempts implements ledger.Ledger. An unknown task has no attempts.
 func (f *Front) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, error) {
-	op := f.op(opAttempts)
+	op := f.op("attempts")
 	if err := store.ID(op, taskID); err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func (f *Front) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, 
 
 // Events implements ledger.Ledger. An unknown task has no events.
 func (f *Front) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
-	op := f.op(opEvents)
+	op := f.op("events")
 	if err := store.ID(op, taskID); err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (f *Front) Events(ctx context.Context, taskID string) ([]ledger.Event, erro
 // AppendEvent implements ledger.Ledger. e.Seq is assigned; a zero e.At is
 // now.
 func (f *Front) AppendEvent(ctx context.Context, e ledger.Event) error {
-	op := f.op(opAppendEvent)
+	op := f.op("append event")
 	if err := store.Event(op, &e); err != nil {
 		return err
 	}
@@ -81,7 +81,7 @@ func (f *Front) AppendEvent(ctx context.Context, e ledger.Event) error {
 
 // GetStep implements ledger.Ledger. A stored output is never nil.
 func (f *Front) GetStep(ctx context.Context, taskID, name string) ([]byte, bool, error) {
-	op := f.op(opGetStep)
+	op := f.op("get step")
 	if err := stepArgs(op, taskID, name); err != nil {
 		return nil, false, err
 	}
@@ -98,7 +98,7 @@ func (f *Front) GetStep(ctx context.Context, taskID, name string) ([]byte, bool,
 // PutStep implements ledger.Ledger: the first output stored for the step
 // wins and is returned. A nil output is stored as empty.
 func (f *Front) PutStep(ctx context.Context, taskID, name string, output []byte) ([]byte, error) {
-	op := f.op(opPutStep)
+	op := f.op("put step")
 	if err := stepArgs(op, taskID, name); err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func effectArgs(op, taskID, key string) error {
 
 // BeginEffect implements ledger.Ledger.
 func (f *Front) BeginEffect(ctx context.Context, taskID, key string, attempt int) (ledger.Effect, bool, error) {
-	op := f.op(opBeginEffect)
+	op := f.op("begin effect")
 	if err := effectArgs(op, taskID, key); err != nil {
 		return ledger.Effect{}, false, err
 	}
@@ -144,7 +144,7 @@ func (f *Front) BeginEffect(ctx context.Context, taskID, key string, attempt int
 // SetEffect implements ledger.Ledger. A nil result keeps the stored one;
 // a confirmed effect never changes (ledger.ErrConflict).
 func (f *Front) SetEffect(ctx context.Context, taskID, key string, state ledger.EffectState, result []byte) error {
-	op := f.op(opSetEffect)
+	op := f.op("set effect")
 	if err := effectArgs(op, taskID, key); err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (f *Front) SetEffect(ctx context.Context, taskID, key string, state ledger.
 
 // Effects implements ledger.Ledger, in the order they were begun.
 func (f *Front) Effects(ctx context.Context, taskID string) ([]ledger.Effect, error) {
-	op := f.op(opEffects)
+	op := f.op("effects")
 	if err := store.ID(op, taskID); err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func (f *Front) Effects(ctx context.Context, taskID string) ([]ledger.Effect, er
 // Claim implements broker.DedupStore. A task this store has just created
 // with the key is answered without a round trip (store.Claims).
 func (f *Front) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
-	op := f.op(opClaim)
+	op := f.op("dedup claim")
 	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
 		return "", false, err
 	}
@@ -189,7 +189,7 @@ func (f *Front) Claim(ctx context.Context, lane, tenant, key, id string) (string
 // Release implements broker.DedupStore: it forgets the claim when id still
 // holds it.
 func (f *Front) Release(ctx context.Context, lane, tenant, key, id string) error {
-	op := f.op(opRelease)
+	op := f.op("dedup release")
 	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
 		return err
 	}

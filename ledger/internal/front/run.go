@@ -8,9 +8,9 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// BeginRun implements ledger.Runs.
+// BeginRun implements ledger.Ledger.
 func (f *Front) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task, error) {
-	op := f.op(opBeginRun)
+	op := f.op("begin run")
 	if err := store.RunStart(op, &req); err != nil {
 		return nil, err
 	}
@@ -20,9 +20,9 @@ func (f *Front) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task
 	return f.b.BeginRun(ctx, op, req)
 }
 
-// EndRun implements ledger.Runs.
+// EndRun implements ledger.Ledger.
 func (f *Front) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
-	op := f.op(opEndRun)
+	op := f.op("end run")
 	from, err := store.RunEnd(op, &req)
 	if err != nil {
 		return nil, err
@@ -33,9 +33,9 @@ func (f *Front) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	return f.b.EndRun(ctx, op, req, from)
 }
 
-// RenewLeases implements ledger.Runs.
+// RenewLeases implements ledger.Ledger.
 func (f *Front) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.Duration) ([]string, error) {
-	op := f.op(opRenewLeases)
+	op := f.op("renew leases")
 	if err := store.Leases(op, leases, d); err != nil {
 		return nil, err
 	}

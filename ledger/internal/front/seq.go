@@ -23,7 +23,7 @@ var _ broker.SequencerPosition = seqFront{}
 
 // Assign implements broker.Sequencer.
 func (q seqFront) Assign(ctx context.Context, lane, key string) (int64, error) {
-	op := q.f.op(opSeqAssign)
+	op := q.f.op("sequence assign")
 	if err := store.SeqArgs(op, lane, key, 0, false); err != nil {
 		return 0, err
 	}
@@ -41,7 +41,7 @@ func (q seqFront) Acquire(ctx context.Context, lane, key string, seq int64, unti
 
 // AcquirePosition implements broker.SequencerPosition.
 func (q seqFront) AcquirePosition(ctx context.Context, lane, key string, seq int64, until time.Time) (broker.Grant, int64, error) {
-	op := q.f.op(opSeqAcquire)
+	op := q.f.op("sequence acquire")
 	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
 		return 0, 0, err
 	}
@@ -53,7 +53,7 @@ func (q seqFront) AcquirePosition(ctx context.Context, lane, key string, seq int
 
 // Release implements broker.Sequencer.
 func (q seqFront) Release(ctx context.Context, lane, key string, seq int64, done bool) error {
-	op := q.f.op(opSeqRelease)
+	op := q.f.op("sequence release")
 	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
 		return err
 	}

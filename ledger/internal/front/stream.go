@@ -10,7 +10,7 @@ import (
 
 // AppendStream implements ledger.StreamStore.
 func (f *Front) AppendStream(ctx context.Context, taskID string, attempt int, es []ledger.StreamEntry) (int64, error) {
-	op := f.op(opAppendStream)
+	op := f.op("append stream")
 	if err := store.StreamEntries(op, taskID, attempt, es); err != nil {
 		return 0, err
 	}
@@ -22,7 +22,7 @@ func (f *Front) AppendStream(ctx context.Context, taskID string, attempt int, es
 
 // ReadStream implements ledger.StreamStore.
 func (f *Front) ReadStream(ctx context.Context, taskID string, after int64, limit int) ([]ledger.StreamEntry, error) {
-	op := f.op(opReadStream)
+	op := f.op("read stream")
 	if err := store.ID(op, taskID); err != nil {
 		return nil, err
 	}
@@ -39,7 +39,7 @@ func (f *Front) ReadStream(ctx context.Context, taskID string, after int64, limi
 
 // LatestProgress implements ledger.StreamStore.
 func (f *Front) LatestProgress(ctx context.Context, ids []string) (map[string]ledger.StreamEntry, error) {
-	op := f.op(opLatestProgress)
+	op := f.op("latest progress")
 	if err := store.ProgressIDs(op, ids); err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (f *Front) LatestProgress(ctx context.Context, ids []string) (map[string]le
 
 // PruneStreams implements ledger.StreamStore.
 func (f *Front) PruneStreams(ctx context.Context, before time.Time) (int, error) {
-	op := f.op(opPruneStreams)
+	op := f.op("prune streams")
 	if err := f.check(op); err != nil {
 		return 0, err
 	}
@@ -67,7 +67,7 @@ func (f *Front) PruneStreams(ctx context.Context, before time.Time) (int, error)
 
 // PutWait implements ledger.StreamStore.
 func (f *Front) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, error) {
-	op := f.op(opPutWait)
+	op := f.op("put wait")
 	if err := store.Wait(op, &w); err != nil {
 		return ledger.Wait{}, false, err
 	}
@@ -79,7 +79,7 @@ func (f *Front) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, 
 
 // GetWait implements ledger.StreamStore.
 func (f *Front) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	op := f.op(opGetWait)
+	op := f.op("get wait")
 	if err := store.ID(op, taskID); err != nil {
 		return ledger.Wait{}, err
 	}
@@ -95,16 +95,16 @@ func (f *Front) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, 
 // SignalWait implements ledger.StreamStore. A nil payload is stored as
 // empty.
 func (f *Front) SignalWait(ctx context.Context, t ledger.WaitTarget, payload []byte) (ledger.Wait, error) {
-	return f.moveWait(ctx, opSignalWait, t, ledger.WaitSignalled, notNil(payload))
+	return f.moveWait(ctx, "signal wait", t, ledger.WaitSignalled, notNil(payload))
 }
 
 // ExpireWait implements ledger.StreamStore.
 func (f *Front) ExpireWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	return f.moveWait(ctx, opExpireWait, ledger.WaitTarget{TaskID: taskID, Name: name}, ledger.WaitTimedOut, nil)
+	return f.moveWait(ctx, "expire wait", ledger.WaitTarget{TaskID: taskID, Name: name}, ledger.WaitTimedOut, nil)
 }
 
-func (f *Front) moveWait(ctx context.Context, id opID, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
-	op := f.op(id)
+func (f *Front) moveWait(ctx context.Context, name string, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
+	op := f.op(name)
 	if err := store.WaitTarget(op, t); err != nil {
 		return ledger.Wait{}, err
 	}
@@ -116,7 +116,7 @@ func (f *Front) moveWait(ctx context.Context, id opID, t ledger.WaitTarget, to l
 
 // FindWait implements ledger.StreamStore.
 func (f *Front) FindWait(ctx context.Context, t ledger.WaitTarget) (ledger.Wait, error) {
-	op := f.op(opFindWait)
+	op := f.op("find wait")
 	if err := store.WaitTarget(op, t); err != nil {
 		return ledger.Wait{}, err
 	}

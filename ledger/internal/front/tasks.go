@@ -10,7 +10,7 @@ import (
 
 // Create implements ledger.Ledger.
 func (f *Front) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
-	op := f.op(opCreate)
+	op := f.op("create")
 	t, err := store.CreateTask(op, in, f.now())
 	if err != nil {
 		return nil, false, err
@@ -28,11 +28,11 @@ func (f *Front) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	return got, created, nil
 }
 
-// validTasks validates each task of in (store.CreateTask, at one now) into
-// ts, a task that does not validate getting its error in res and a nil
-// entry in ts; n counts the valid ones.
-func (f *Front) validTasks(op string, n int, task func(i int) *ledger.Task) (ts []*ledger.Task, res []ledger.CreateResult, valid int) {
-	now := f.now()
+// validTasks validates task(i) for i < n (store.CreateTask, all at now)
+// into ts, a task that does not validate getting its error in res and a
+// nil entry in ts; valid counts the others.
+func (f *Front) validTasks(op string, n int, task func(i int) *ledger.Task) (ts []*ledger.Task, res []ledger.CreateResult, valid int, now time.Time) {
+	now = f.now()
 	ts, res = make([]*ledger.Task, n), make([]ledger.CreateResult, n)
 	for i := range n {
 		c, err := store.CreateTask(op, task(i), now)
@@ -43,7 +43,7 @@ func (f *Front) validTasks(op string, n int, task func(i int) *ledger.Task) (ts 
 		ts[i] = c
 		valid++
 	}
-	return ts, res, valid
+	return ts, res, valid, now
 }
 
 // addClaims remembers the keys of the tasks res created.
@@ -58,8 +58,8 @@ func (f *Front) addClaims(res []ledger.CreateResult) {
 // CreateMany implements ledger.Ledger: a task that does not validate gets
 // its error in its result; the others are recorded.
 func (f *Front) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.CreateResult, error) {
-	op := f.op(opCreateMany)
-	ts, res, valid := f.validTasks(op, len(in), func(i int) *ledger.Task { return in[i] })
+	op := f.op("create many")
+	ts, res, valid, _ := f.validTasks(op, len(in), func(i int) *ledger.Task { return in[i] })
 	if valid == 0 {
 		return res, nil
 	}
@@ -75,7 +75,7 @@ func (f *Front) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 
 // Get implements ledger.Ledger.
 func (f *Front) Get(ctx context.Context, id string) (*ledger.Task, error) {
-	op := f.op(opGet)
+	op := f.op("get")
 	if err := store.ID(op, id); err != nil {
 		return nil, err
 	}
@@ -87,7 +87,7 @@ func (f *Front) Get(ctx context.Context, id string) (*ledger.Task, error) {
 
 // GetByKey implements ledger.Ledger.
 func (f *Front) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task, error) {
-	op := f.op(opGetByKey)
+	op := f.op("get by key")
 	if err := store.Key(op, "idempotency key", key); err != nil {
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (f *Front) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task,
 
 // Transition implements ledger.Ledger.
 func (f *Front) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
-	op := f.op(opTransition)
+	op := f.op("transition")
 	from, err := store.Transition(op, &req)
 	if err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (f *Front) Transition(ctx context.Context, req ledger.TransitionRequest) (*
 
 // List implements ledger.Ledger.
 func (f *Front) List(ctx context.Context, fl ledger.Filter) ([]*ledger.Task, error) {
-	op := f.op(opList)
+	op := f.op("list")
 	fl, err := store.Filter(op, fl)
 	if err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func (f *Front) List(ctx context.Context, fl ledger.Filter) ([]*ledger.Task, err
 // Prune implements ledger.Ledger. It also forgets dedup claims older than
 // the dedup window.
 func (f *Front) Prune(ctx context.Context, before time.Time) (int, error) {
-	op := f.op(opPrune)
+	op := f.op("prune")
 	if err := f.check(op); err != nil {
 		return 0, err
 	}
@@ -135,7 +135,7 @@ func (f *Front) Prune(ctx context.Context, before time.Time) (int, error) {
 
 // SchemaVersion returns the schema version the database is at.
 func (f *Front) SchemaVersion(ctx context.Context) (int, error) {
-	op := f.op(opSchemaVersion)
+	op := f.op("schema version")
 	if err := f.check(op); err != nil {
 		return 0, err
 	}
