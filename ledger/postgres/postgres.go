@@ -65,30 +65,32 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Schema != "" && !schemaRE.MatchString(c.Schema) {
 		return c, store.Invalid("postgres: open", "schema %q is not 1–63 characters of [a-z0-9_] starting with a letter or _", c.Schema)
 	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = store.DefaultDedupWindow
-	}
-	if c.DedupWindow < 0 {
-		return c, store.Invalid("postgres: open", "dedup window %v is negative", c.DedupWindow)
-	}
-	if c.OrderingStall == 0 {
-		c.OrderingStall = store.SeqStall
-	}
-	if c.OrderingStall < 0 {
-		return c, store.Invalid("postgres: open", "ordering stall %v is negative", c.OrderingStall)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if err := store.Defaults("postgres: open", &c.DedupWindow, &c.OrderingStall, &c.Now); err != nil {
+		return c, err
 	}
 	return c, nil
 }
 
-// Store is the PostgreSQL ledger. It implements ledger.Ledger, and
-// ledger.Runs, ledger.LaneControls, ledger.Servers, ledger.History,
-// ledger.Notes, ledger.StreamStore, ledger.Outbox, broker.DedupStore and
-// broker.SequencerSource: the methods are theirs, documented there, and
-// shared with the SQLite store (their validation is one layer over
-// both).
+// Store is the PostgreSQL ledger. Its methods are those of the interfaces it
+// implements, documented there, and are shared with the SQLite store
+// through one validating layer (arguments and a closed store are refused
+// there, with the same errors on both, before any SQL runs):
+//
+//   - ledger.Ledger: Create, CreateMany, Get, GetByKey, Transition, List,
+//     BeginRun, EndRun, RenewLeases, StartAttempt, FinishAttempt,
+//     Attempts, Events, AppendEvent, GetStep, PutStep, BeginEffect,
+//     SetEffect, Effects, Prune, Close;
+//   - broker.DedupStore: Claim, Release; broker.SequencerSource:
+//     Sequencer;
+//   - ledger.LaneControls: SetLanePaused, LaneEvents, PausedLanes;
+//   - ledger.Servers: RegisterServer, RemoveServer, PruneServers,
+//     ListServers; ledger.History: RecordHistory, ListHistory,
+//     PruneHistory; ledger.Notes: Notify, Listen;
+//   - ledger.StreamStore: AppendStream, ReadStream, LatestProgress,
+//     PruneStreams, PutWait, GetWait, SignalWait, ExpireWait, FindWait;
+//   - ledger.Outbox: CreateTx, CreateOutbox, ClaimOutbox, DoneOutbox,
+//     ReleaseOutbox, OutboxStats;
+//   - SchemaVersion, the schema version the database is at.
 type Store struct {
 	// ledgerFront holds the public methods: it validates their arguments
 	// and calls backend, this store's SQL.

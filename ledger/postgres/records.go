@@ -13,9 +13,6 @@ import (
 // StartAttempt implements front.Backend. Starting an attempt number that
 // is already recorded updates its worker and start time.
 func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
-	if a.Start.IsZero() {
-		a.Start = s.opts.Now()
-	}
 	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (task_id, number) DO UPDATE SET worker = EXCLUDED.worker, start_at = EXCLUDED.start_at`,
 		a.TaskID, a.Number, a.Worker, a.Start)
@@ -109,9 +106,6 @@ func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger
 // AppendEvent implements front.Backend. e.Seq is assigned; a zero e.At is
 // now.
 func (s backend) AppendEvent(ctx context.Context, op string, e ledger.Event) error {
-	if e.At.IsZero() {
-		e.At = s.opts.Now()
-	}
 	tag, err := s.pool.Exec(ctx, `WITH u AS (
 			UPDATE ledger_tasks SET event_seq = event_seq + 1 WHERE id = $1 RETURNING id, event_seq)
 		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)

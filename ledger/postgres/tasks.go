@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -187,20 +188,11 @@ func (s backend) Transition(ctx context.Context, op string, req ledger.Transitio
 		if err != nil {
 			return nil, classify(op, err, false)
 		}
-		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
+		if !slices.Contains(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
 			return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
 		}
 	}
 	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the transition", req.ID), true)
-}
-
-func hasState(ss []ledger.State, s ledger.State) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // List implements front.Backend.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -161,7 +162,7 @@ func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *le
 	if err != nil {
 		return nil, err
 	}
-	if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
+	if !slices.Contains(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
 		return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
 	}
 	now := s.opts.Now().UnixNano()
@@ -202,15 +203,6 @@ func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *le
 		return nil, err
 	}
 	return out, nil
-}
-
-func hasState(ss []ledger.State, s ledger.State) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // List implements front.Backend.
