@@ -33,41 +33,34 @@ const existingSQL = `SELECT ` + taskCols + ` FROM ledger_tasks
 	WHERE id = ANY($1::text[])
 	   OR (idem_key <> '' AND (tenant, idem_key) IN (SELECT * FROM unnest($2::text[], $3::text[])))`
 
-// CreateMany implements ledger.Ledger: the batch goes in as arrays to one
+// CreateMany implements front.Backend: the batch goes in as arrays to one
 // INSERT … SELECT FROM unnest … ON CONFLICT DO NOTHING (one round
 // trip, one transaction); only when some task's ID or
 // idempotency key was taken does a second query fetch the tasks holding
 // them. A task repeating an earlier one's idempotency key (or ID) in the
 // same batch is not sent: it gets the earlier one's task, Created=false.
-func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.CreateResult, error) {
-	const op = "postgres: create many"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
-	now := s.opts.Now()
-	res := make([]ledger.CreateResult, len(in))
-	ts := make([]*ledger.Task, len(in))
-	metas := make([]*string, len(in))
-	follows := make([]int, len(in)) // -1, or the earlier task this one repeats
+func (s backend) CreateMany(ctx context.Context, op string, ts []*ledger.Task, res []ledger.CreateResult) error {
+	var now time.Time // the tasks' creation time: the front's, one for all
+	metas := make([]*string, len(ts))
+	follows := make([]int, len(ts)) // -1, or the earlier task this one repeats
 	byKey := map[[2]string]int{}
 	byID := map[string]int{}
 	var todo []int
-	for i, t := range in {
+	for i, c := range ts {
 		follows[i] = -1
-		c, err := store.CreateTask(op, t, now)
-		if err == nil && len(c.Metadata) > 0 {
-			b, merr := json.Marshal(c.Metadata)
-			if merr != nil {
-				err = store.Invalid(op, "metadata: %v", merr)
+		if c == nil {
+			continue
+		}
+		now = c.CreatedAt
+		if len(c.Metadata) > 0 {
+			b, err := json.Marshal(c.Metadata)
+			if err != nil {
+				res[i].Err, ts[i] = store.Invalid(op, "metadata: %v", err), nil
+				continue
 			}
 			m := string(b)
 			metas[i] = &m
 		}
-		if err != nil {
-			res[i].Err = err
-			continue
-		}
-		ts[i] = c
 		k := [2]string{c.Tenant, c.IdempotencyKey}
 		if j, ok := byKey[k]; ok && c.IdempotencyKey != "" {
 			follows[i] = j
@@ -91,7 +84,7 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 		}
 		var err error
 		if todo, err = s.createBatch(ctx, ts, metas, todo, now, res); err != nil {
-			return nil, classify(op, err, true)
+			return classify(op, err, true)
 		}
 	}
 	for _, i := range todo {
@@ -103,7 +96,7 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 		}
 		res[i] = ledger.CreateResult{Task: res[j].Task, Err: res[j].Err}
 	}
-	return res, nil
+	return nil
 }
 
 // createBatch inserts ts[todo], fills res for them and returns those
@@ -152,7 +145,6 @@ func (s *Store) createBatch(ctx context.Context, ts []*ledger.Task, metas []*str
 	for _, i := range todo {
 		if t := inserted[ts[i].ID]; t != nil {
 			res[i] = ledger.CreateResult{Task: t, Created: true}
-			s.claims.Add(t.ID, t.Tenant, t.IdempotencyKey)
 			continue
 		}
 		missing = append(missing, i)

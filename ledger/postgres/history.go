@@ -12,19 +12,8 @@ import (
 
 var _ ledger.History = (*Store)(nil)
 
-// RecordHistory implements ledger.History, in one statement.
-func (s *Store) RecordHistory(ctx context.Context, server string, pts []ledger.HistoryPoint) error {
-	const op = "postgres: record history"
-	if err := store.History(op, server, pts); err != nil {
-		return err
-	}
-	rows := store.HistoryRows(pts)
-	if len(rows) == 0 {
-		return nil
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+// RecordHistory implements front.Backend, in one statement.
+func (s backend) RecordHistory(ctx context.Context, op, server string, rows []store.HistoryRow) error {
 	mins, lanes := make([]int64, len(rows)), make([]string, len(rows))
 	pr, fa, de := make([]int64, len(rows)), make([]int64, len(rows)), make([]int64, len(rows))
 	for i, r := range rows {
@@ -38,13 +27,9 @@ func (s *Store) RecordHistory(ctx context.Context, server string, pts []ledger.H
 	return classify(op, err, true)
 }
 
-// ListHistory implements ledger.History: a range scan of the primary key
+// ListHistory implements front.Backend: a range scan of the primary key
 // (minute first).
-func (s *Store) ListHistory(ctx context.Context, since time.Time, lane string) ([]ledger.HistoryPoint, error) {
-	const op = "postgres: list history"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) ListHistory(ctx context.Context, op string, since time.Time, lane string) ([]ledger.HistoryPoint, error) {
 	rows, err := s.pool.Query(ctx, `SELECT minute, lane, SUM(processed)::bigint, SUM(failed)::bigint, SUM(dead)::bigint
 		FROM ledger_history WHERE minute >= $1 AND ($2 = '' OR lane = $2)
 		GROUP BY minute, lane ORDER BY minute, lane`, store.UnixMinute(since), lane)
@@ -58,18 +43,11 @@ func (s *Store) ListHistory(ctx context.Context, since time.Time, lane string) (
 		p.Minute = store.MinuteTime(m)
 		return p, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
-// PruneHistory implements ledger.History.
-func (s *Store) PruneHistory(ctx context.Context, before time.Time) (int, error) {
-	const op = "postgres: prune history"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+// PruneHistory implements front.Backend.
+func (s backend) PruneHistory(ctx context.Context, op string, before time.Time) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM ledger_history WHERE minute < $1`, store.UnixMinute(before))
 	if err != nil {
 		return 0, classify(op, err, true)

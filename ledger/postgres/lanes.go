@@ -6,23 +6,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
 var _ ledger.LaneControls = (*Store)(nil)
 
-// SetLanePaused implements ledger.LaneControls. Pausing a paused lane keeps
+// SetLanePaused implements front.Backend. Pausing a paused lane keeps
 // the first pause's actor and time (INSERT … ON CONFLICT DO NOTHING);
 // resuming a lane that is not paused does nothing. A call that changes the
 // lane's state appends a lane event in the same statement.
-func (s *Store) SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error {
-	const op = "postgres: set lane paused"
-	if err := store.LanePause(op, lane, actor); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+func (s backend) SetLanePaused(ctx context.Context, op string, lane string, paused bool, actor string) error {
 	// One statement: the event is written if and only if the pause row was
 	// inserted or deleted. Concurrent calls on one lane serialise on that
 	// row, so only the one that changed it writes an event.
@@ -41,17 +33,12 @@ func (s *Store) SetLanePaused(ctx context.Context, lane string, paused bool, act
 	return classify(op, err, true)
 }
 
-// LaneEvents implements ledger.LaneControls, newest first.
-func (s *Store) LaneEvents(ctx context.Context, lane string, limit int) ([]ledger.LaneEvent, error) {
-	const op = "postgres: lane events"
-	limit, err := store.LaneEvents(op, lane, limit)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
-	var rows pgx.Rows
+// LaneEvents implements front.Backend, newest first.
+func (s backend) LaneEvents(ctx context.Context, op string, lane string, limit int) ([]ledger.LaneEvent, error) {
+	var (
+		rows pgx.Rows
+		err  error
+	)
 	if lane == "" {
 		rows, err = s.pool.Query(ctx, `SELECT lane, actor, paused, at FROM ledger_lane_events ORDER BY seq DESC LIMIT $1`, limit)
 	} else {
@@ -65,18 +52,11 @@ func (s *Store) LaneEvents(ctx context.Context, lane string, limit int) ([]ledge
 		err := r.Scan(&e.Lane, &e.Actor, &e.Paused, &e.At)
 		return e, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
-// PausedLanes implements ledger.LaneControls, ordered by lane name.
-func (s *Store) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
-	const op = "postgres: paused lanes"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// PausedLanes implements front.Backend, ordered by lane name.
+func (s backend) PausedLanes(ctx context.Context, op string) ([]ledger.LanePause, error) {
 	rows, err := s.pool.Query(ctx, `SELECT lane, actor, since FROM ledger_lane_pauses ORDER BY lane`)
 	if err != nil {
 		return nil, classify(op, err, false)
@@ -86,8 +66,5 @@ func (s *Store) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
 		err := r.Scan(&p.Lane, &p.Actor, &p.Since)
 		return p, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }

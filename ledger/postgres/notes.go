@@ -44,15 +44,8 @@ func (s *Store) noteChannel(ctx context.Context, q interface {
 	return c, nil
 }
 
-// Notify implements ledger.Notes.
-func (s *Store) Notify(ctx context.Context, n ledger.Note) error {
-	const op = "postgres: notify"
-	if err := s.check(op); err != nil {
-		return err
-	}
-	if err := store.Note(op, n); err != nil {
-		return err
-	}
+// Notify implements front.Backend.
+func (s backend) Notify(ctx context.Context, op string, n ledger.Note) error {
 	c, err := s.noteChannel(ctx, s.pool)
 	if err != nil {
 		return classify(op, err, false)
@@ -61,12 +54,8 @@ func (s *Store) Notify(ctx context.Context, n ledger.Note) error {
 	return classify(op, err, false)
 }
 
-// Listen implements ledger.Notes.
-func (s *Store) Listen(ctx context.Context) (<-chan ledger.Note, error) {
-	const op = "postgres: listen"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// Listen implements front.Backend.
+func (s backend) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
 	s.notes.once.Do(func() { s.notes.hub = &store.Hub{Run: s.listenNotes} })
 	if s.notes.hub == nil {
 		return nil, store.Closed(op)

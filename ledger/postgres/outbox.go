@@ -134,32 +134,28 @@ func (s *Store) marker(ctx context.Context) (string, error) {
 	return mk.m, nil
 }
 
-// CreateTx implements ledger.Outbox for a pgx.Tx (a pgxpool.Tx, say) or a
+// CreateTx implements front.Backend for a pgx.Tx (a pgxpool.Tx, say) or a
 // *sql.Tx of the pgx stdlib driver, on the ledger's database; the tables
 // are named with the ledger's schema, whatever the transaction's
 // search_path. The tasks and their outbox rows are written
 // by one statement (one round trip, after one that checks the
 // transaction's database); as for any statement, a database error in it
 // aborts tx (PostgreSQL's rule): roll tx back.
-func (s *Store) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) ([]ledger.CreateResult, error) {
-	const op = "postgres: create in tx"
+func (s backend) CreateTx(ctx context.Context, op string, txv any, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult, now time.Time) error {
 	var r runner
 	switch tx := txv.(type) {
 	case pgx.Tx:
 		if tx == nil {
-			return nil, ledger.TxError(op, ledger.ErrTxType, "nil pgx.Tx")
+			return ledger.TxError(op, ledger.ErrTxType, "nil pgx.Tx")
 		}
 		r = pgxRunner{tx}
 	case *sql.Tx:
 		if tx == nil {
-			return nil, ledger.TxError(op, ledger.ErrTxType, "nil *sql.Tx")
+			return ledger.TxError(op, ledger.ErrTxType, "nil *sql.Tx")
 		}
 		r = sqlRunner{tx}
 	default:
-		return nil, ledger.TxError(op, ledger.ErrTxType, "%T (the PostgreSQL ledger takes a pgx.Tx or a *sql.Tx of the pgx stdlib driver)", txv)
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
+		return ledger.TxError(op, ledger.ErrTxType, "%T (the PostgreSQL ledger takes a pgx.Tx or a *sql.Tx of the pgx stdlib driver)", txv)
 	}
 	// A connection never changes database: a pgx connection checked once
 	// is not checked again (saving a round trip per call). The closed
@@ -172,15 +168,15 @@ func (s *Store) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) (
 	if _, ok := s.checked.Load(conn); conn == nil || !ok {
 		mine, err := s.marker(ctx)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		q, arg := s.markerQuery()
 		theirs, err := queryMarker(ctx, r, q, arg)
 		if err != nil {
-			return nil, s.txErr(op, err)
+			return s.txErr(op, err)
 		}
 		if theirs != mine {
-			return nil, ledger.TxError(op, ledger.ErrForeignTx, "it does not see this ledger's outbox table %s", arg)
+			return ledger.TxError(op, ledger.ErrForeignTx, "it does not see this ledger's outbox table %s", arg)
 		}
 		if conn != nil {
 			if s.nChecked.Add(1) > maxChecked {
@@ -192,7 +188,7 @@ func (s *Store) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) (
 			s.checked.Store(conn, struct{}{})
 		}
 	}
-	return s.createOutbox(ctx, op, r, in, "", time.Time{})
+	return s.createOutbox(ctx, op, r, in, ts, res, now, "", time.Time{})
 }
 
 func queryMarker(ctx context.Context, r runner, q, arg string) (string, error) {
@@ -216,32 +212,20 @@ func queryMarker(ctx context.Context, r runner, q, arg string) (string, error) {
 	return *m, nil
 }
 
-// CreateOutbox implements ledger.Outbox with the statement CreateTx uses,
+// CreateOutbox implements front.Backend with the statement CreateTx uses,
 // in its own implicit transaction.
-func (s *Store) CreateOutbox(ctx context.Context, in []ledger.OutboxTask, owner string, lease time.Duration) ([]ledger.CreateResult, error) {
-	const op = "postgres: create outbox"
-	if lease < 0 {
-		return nil, store.Invalid(op, "lease %v is negative", lease)
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) CreateOutbox(ctx context.Context, op string, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult, now time.Time, owner string, lease time.Duration) error {
 	var until time.Time
 	if lease > 0 {
-		until = s.opts.Now().Add(lease)
-	} else {
-		owner = ""
+		until = now.Add(lease)
 	}
-	return s.createOutbox(ctx, op, pgxRunner{s.pool}, in, owner, until)
+	return s.createOutbox(ctx, op, pgxRunner{s.pool}, in, ts, res, now, owner, until)
 }
 
-// createOutbox validates in, sends the valid tasks (each idempotency key
-// and ID once) in one statement and looks up the tasks that held the keys
-// or IDs of those it did not insert.
-func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledger.OutboxTask, owner string, until time.Time) ([]ledger.CreateResult, error) {
-	now := s.opts.Now()
-	res := make([]ledger.CreateResult, len(in))
-	ts := make([]*ledger.Task, len(in))
+// createOutbox sends the valid tasks ts of in (each idempotency key and
+// ID once) in one statement, fills res, and looks up the tasks that held
+// the keys or IDs of those it did not insert.
+func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult, now time.Time, owner string, until time.Time) error {
 	follows := make([]int, len(in))
 	byKey := map[[2]string]int{}
 	byID := map[string]int{}
@@ -253,11 +237,14 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 		runAts, deadlines                            []*time.Time
 		metas, hdrs                                  []*string
 	)
-	for i, ot := range in {
+	for i, c := range ts {
 		follows[i] = -1
-		c, err := store.CreateTask(op, ot.Task, now)
+		if c == nil {
+			continue
+		}
+		var err error
 		var meta, hdr *string
-		if err == nil && len(c.Metadata) > 0 {
+		if len(c.Metadata) > 0 {
 			b, merr := json.Marshal(c.Metadata)
 			if merr != nil {
 				err = store.Invalid(op, "metadata: %v", merr)
@@ -265,8 +252,8 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 			m := string(b)
 			meta = &m
 		}
-		if err == nil && len(ot.Headers) > 0 {
-			b, herr := json.Marshal(ot.Headers)
+		if err == nil && len(in[i].Headers) > 0 {
+			b, herr := json.Marshal(in[i].Headers)
 			if herr != nil {
 				err = store.Invalid(op, "headers: %v", herr)
 			}
@@ -274,10 +261,9 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 			hdr = &h
 		}
 		if err != nil {
-			res[i].Err = err
+			res[i].Err, ts[i] = err, nil
 			continue
 		}
-		ts[i] = c
 		k := [2]string{c.Tenant, c.IdempotencyKey}
 		if j, ok := byKey[k]; ok && c.IdempotencyKey != "" {
 			follows[i] = j
@@ -314,20 +300,20 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 		rs, err := r.query(ctx, s.createTxSQL(), ids, tenants, keys, kinds, lanes, ords, args, attempts, maxes,
 			runAts, deadlines, metas, results, errs, hdrs, now, leaseUntil, owner)
 		if err != nil {
-			return nil, s.txErr(op, err)
+			return s.txErr(op, err)
 		}
 		inserted := map[string]bool{}
 		for rs.Next() {
 			var id string
 			if err := rs.Scan(&id); err != nil {
 				rs.Close()
-				return nil, s.txErr(op, err)
+				return s.txErr(op, err)
 			}
 			inserted[id] = true
 		}
 		rs.Close()
 		if err := rs.Err(); err != nil {
-			return nil, s.txErr(op, err)
+			return s.txErr(op, err)
 		}
 		var missing []int
 		var mids, mtenants, mkeys []string
@@ -345,7 +331,7 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 		if len(missing) > 0 {
 			rs, err := r.query(ctx, s.existingTxSQL(), mids, mtenants, mkeys)
 			if err != nil {
-				return nil, s.txErr(op, err)
+				return s.txErr(op, err)
 			}
 			byKeyT := map[[2]string]*ledger.Task{}
 			byIDT := map[string]*ledger.Task{}
@@ -353,7 +339,7 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 				t, err := scanTask(rs)
 				if err != nil {
 					rs.Close()
-					return nil, s.txErr(op, err)
+					return s.txErr(op, err)
 				}
 				byIDT[t.ID] = t
 				if t.IdempotencyKey != "" {
@@ -362,7 +348,7 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 			}
 			rs.Close()
 			if err := rs.Err(); err != nil {
-				return nil, s.txErr(op, err)
+				return s.txErr(op, err)
 			}
 			for _, i := range missing {
 				t := ts[i]
@@ -385,7 +371,7 @@ func (s *Store) createOutbox(ctx context.Context, op string, r runner, in []ledg
 			res[i] = ledger.CreateResult{Task: res[j].Task, Err: res[j].Err}
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // txErr classifies err of a statement in a caller's transaction: a
@@ -397,17 +383,10 @@ func (s *Store) txErr(op string, err error) error {
 	return classify(op, err, true)
 }
 
-// ClaimOutbox implements ledger.Outbox: FOR UPDATE SKIP LOCKED picks rows
+// ClaimOutbox implements front.Backend: FOR UPDATE SKIP LOCKED picks rows
 // no other relay is claiming, and the lease keeps them this relay's after
 // the statement commits.
-func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease time.Duration) ([]ledger.OutboxItem, error) {
-	const op = "postgres: claim outbox"
-	if limit <= 0 || lease <= 0 || owner == "" {
-		return nil, store.Invalid(op, "limit %d and lease %v must be positive and owner non-empty", limit, lease)
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) ClaimOutbox(ctx context.Context, op string, owner string, limit int, lease time.Duration) ([]ledger.OutboxItem, error) {
 	now := s.opts.Now()
 	// A read first: an idle relay's polls take no lock and open no
 	// transaction.
@@ -505,41 +484,23 @@ func sortRows[T any](rs []T, key func(T) int64) {
 	}
 }
 
-// DoneOutbox implements ledger.Outbox (through group commit).
-func (s *Store) DoneOutbox(ctx context.Context, owner string, taskIDs []string) error {
-	const op = "postgres: done outbox"
-	if len(taskIDs) == 0 {
-		return nil
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+// DoneOutbox implements front.Backend (through group commit).
+func (s backend) DoneOutbox(ctx context.Context, op string, owner string, taskIDs []string) error {
 	_, err := s.exec(ctx, `DELETE FROM ledger_outbox WHERE owner = $1 AND task_id = ANY($2::text[])`, owner, taskIDs)
 	return classify(op, err, true)
 }
 
-// ReleaseOutbox implements ledger.Outbox (through group commit).
-func (s *Store) ReleaseOutbox(ctx context.Context, owner string, taskIDs []string, retryIn time.Duration, lastError string) error {
-	const op = "postgres: release outbox"
-	if len(taskIDs) == 0 {
-		return nil
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+// ReleaseOutbox implements front.Backend (through group commit).
+func (s backend) ReleaseOutbox(ctx context.Context, op string, owner string, taskIDs []string, retryIn time.Duration, lastError string) error {
 	retryIn = max(retryIn, 0)
 	_, err := s.exec(ctx, `UPDATE ledger_outbox SET owner = '', lease_until = $1, tries = tries + 1, last_error = $2
 		WHERE owner = $3 AND task_id = ANY($4::text[])`, s.opts.Now().Add(retryIn), lastError, owner, taskIDs)
 	return classify(op, err, true)
 }
 
-// OutboxStats implements ledger.Outbox.
-func (s *Store) OutboxStats(ctx context.Context) (ledger.OutboxStats, error) {
-	const op = "postgres: outbox stats"
+// OutboxStats implements front.Backend.
+func (s backend) OutboxStats(ctx context.Context, op string) (ledger.OutboxStats, error) {
 	var st ledger.OutboxStats
-	if err := s.check(op); err != nil {
-		return st, err
-	}
 	var oldest *time.Time
 	if err := s.pool.QueryRow(ctx, `SELECT count(*), MIN(created_at) FROM ledger_outbox`).Scan(&st.Depth, &oldest); err != nil {
 		return st, classify(op, err, false)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/front"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
@@ -64,34 +65,42 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Schema != "" && !schemaRE.MatchString(c.Schema) {
 		return c, store.Invalid("postgres: open", "schema %q is not 1–63 characters of [a-z0-9_] starting with a letter or _", c.Schema)
 	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = store.DefaultDedupWindow
-	}
-	if c.DedupWindow < 0 {
-		return c, store.Invalid("postgres: open", "dedup window %v is negative", c.DedupWindow)
-	}
-	if c.OrderingStall == 0 {
-		c.OrderingStall = store.SeqStall
-	}
-	if c.OrderingStall < 0 {
-		return c, store.Invalid("postgres: open", "ordering stall %v is negative", c.OrderingStall)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if err := store.Defaults("postgres: open", &c.DedupWindow, &c.OrderingStall, &c.Now); err != nil {
+		return c, err
 	}
 	return c, nil
 }
 
-// Store is the PostgreSQL ledger. It implements ledger.Ledger.
+// Store is the PostgreSQL ledger. Its methods are those of the interfaces it
+// implements, documented there, and are shared with the SQLite store
+// through one validating layer (arguments and a closed store are refused
+// there, with the same errors on both, before any SQL runs):
+//
+//   - ledger.Ledger: Create, CreateMany, Get, GetByKey, Transition, List,
+//     BeginRun, EndRun, RenewLeases, StartAttempt, FinishAttempt,
+//     Attempts, Events, AppendEvent, GetStep, PutStep, BeginEffect,
+//     SetEffect, Effects, Prune, Close;
+//   - broker.DedupStore: Claim, Release; broker.SequencerSource:
+//     Sequencer;
+//   - ledger.LaneControls: SetLanePaused, LaneEvents, PausedLanes;
+//   - ledger.Servers: RegisterServer, RemoveServer, PruneServers,
+//     ListServers; ledger.History: RecordHistory, ListHistory,
+//     PruneHistory; ledger.Notes: Notify, Listen;
+//   - ledger.StreamStore: AppendStream, ReadStream, LatestProgress,
+//     PruneStreams, PutWait, GetWait, SignalWait, ExpireWait, FindWait;
+//   - ledger.Outbox: CreateTx, CreateOutbox, ClaimOutbox, DoneOutbox,
+//     ReleaseOutbox, OutboxStats;
+//   - SchemaVersion, the schema version the database is at.
 type Store struct {
+	// ledgerFront holds the public methods: it validates their arguments
+	// and calls backend, this store's SQL.
+	ledgerFront
 	pool   *pgxpool.Pool
 	opts   Options
 	closed atomic.Bool
 	g      *grouper // nil without group commit
 	notes  notes    // ledger.Notes (notes.go)
 	mark   marker   // the ledger's identity (outbox.go)
-	// claims: the keys of tasks this store just created, for Claim.
-	claims store.Claims
 	// checked holds the pgx connections CreateTx has found on this
 	// ledger's database (outbox.go); nChecked counts them.
 	checked  sync.Map
@@ -103,7 +112,18 @@ type Store struct {
 	listenStopOnce sync.Once
 }
 
-var _ ledger.Ledger = (*Store)(nil)
+// ledgerFront is the embedded front: an alias, so that the field is
+// unexported and only the methods are promoted.
+type ledgerFront = front.Front
+
+// backend is the Store's SQL, called by its front with validated
+// arguments (front.Backend). Its methods are not the Store's.
+type backend struct{ *Store }
+
+var (
+	_ ledger.Ledger = (*Store)(nil)
+	_ front.Backend = backend{}
+)
 
 // pgxParams are the DSN query parameters passed through to pgx.
 var pgxParams = map[string]bool{
@@ -176,6 +196,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		return nil, classify(op, err, false)
 	}
 	s := &Store{pool: pool, opts: o}
+	front.Init(&s.ledgerFront, "postgres", backend{s}, &s.closed, o.Now)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, err
@@ -249,11 +270,7 @@ func pendingMigrations(ctx context.Context, tx pgx.Tx, ms []store.Migration) ([]
 }
 
 // SchemaVersion returns the schema version the database is at.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	const op = "postgres: schema version"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+func (s backend) SchemaVersion(ctx context.Context, op string) (int, error) {
 	var v int
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&v)
 	return v, classify(op, err, false)

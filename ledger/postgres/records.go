@@ -10,19 +10,9 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// StartAttempt implements ledger.Ledger. Starting an attempt number that
+// StartAttempt implements front.Backend. Starting an attempt number that
 // is already recorded updates its worker and start time.
-func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
-	const op = "postgres: start attempt"
-	if err := store.Attempt(op, &a); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
-	if a.Start.IsZero() {
-		a.Start = s.opts.Now()
-	}
+func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (task_id, number) DO UPDATE SET worker = EXCLUDED.worker, start_at = EXCLUDED.start_at`,
 		a.TaskID, a.Number, a.Worker, a.Start)
@@ -47,16 +37,9 @@ const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, 
 			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
 			error = EXCLUDED.error, stack = EXCLUDED.stack`
 
-// FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
+// FinishAttempt implements front.Backend. Empty Worker and zero Start keep
 // what StartAttempt recorded.
-func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
-	const op = "postgres: finish attempt"
-	if err := store.Attempt(op, &a); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	_, err := s.pool.Exec(ctx, finishAttemptSQL,
 		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 	if isFK(err) {
@@ -65,15 +48,8 @@ func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 	return classify(op, err, true)
 }
 
-// Attempts implements ledger.Ledger. An unknown task has no attempts.
-func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, error) {
-	const op = "postgres: attempts"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// Attempts implements front.Backend. An unknown task has no attempts.
+func (s backend) Attempts(ctx context.Context, op string, taskID string) ([]ledger.Attempt, error) {
 	// A running attempt without its row yet is in the task row
 	// (beginRunSQL).
 	rows, err := s.pool.Query(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
@@ -97,9 +73,6 @@ func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, 
 		a.Duration = time.Duration(dur)
 		return a, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
@@ -111,15 +84,8 @@ const enqueuedEventSQL = `SELECT 1::bigint AS seq, created_at AS at, ''::text AS
 		'enqueued'::text AS reason, ''::text AS detail, ''::text AS actor
 	FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = $1 AND seq = 1)`
 
-// Events implements ledger.Ledger. An unknown task has no events.
-func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
-	const op = "postgres: events"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// Events implements front.Backend. An unknown task has no events.
+func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger.Event, error) {
 	rows, err := s.pool.Query(ctx, enqueuedEventSQL+`
 		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = $1
@@ -134,25 +100,12 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, erro
 		e.From, e.To = ledger.State(from), ledger.State(to)
 		return e, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
-// AppendEvent implements ledger.Ledger. e.Seq is assigned; a zero e.At is
+// AppendEvent implements front.Backend. e.Seq is assigned; a zero e.At is
 // now.
-func (s *Store) AppendEvent(ctx context.Context, e ledger.Event) error {
-	const op = "postgres: append event"
-	if err := store.Event(op, &e); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
-	if e.At.IsZero() {
-		e.At = s.opts.Now()
-	}
+func (s backend) AppendEvent(ctx context.Context, op string, e ledger.Event) error {
 	tag, err := s.pool.Exec(ctx, `WITH u AS (
 			UPDATE ledger_tasks SET event_seq = event_seq + 1 WHERE id = $1 RETURNING id, event_seq)
 		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
@@ -167,18 +120,8 @@ func (s *Store) AppendEvent(ctx context.Context, e ledger.Event) error {
 	return nil
 }
 
-// GetStep implements ledger.Ledger.
-func (s *Store) GetStep(ctx context.Context, taskID, name string) ([]byte, bool, error) {
-	const op = "postgres: get step"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, false, err
-	}
-	if err := store.Key(op, "step name", name); err != nil {
-		return nil, false, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, false, err
-	}
+// GetStep implements front.Backend.
+func (s backend) GetStep(ctx context.Context, op string, taskID, name string) ([]byte, bool, error) {
 	var out []byte
 	err := s.pool.QueryRow(ctx, `SELECT output FROM ledger_steps WHERE task_id = $1 AND name = $2`, taskID, name).Scan(&out)
 	if isNoRows(err) {
@@ -187,25 +130,12 @@ func (s *Store) GetStep(ctx context.Context, taskID, name string) ([]byte, bool,
 	if err != nil {
 		return nil, false, classify(op, err, false)
 	}
-	if out == nil {
-		out = []byte{}
-	}
 	return out, true, nil
 }
 
-// PutStep implements ledger.Ledger with INSERT … ON CONFLICT DO NOTHING. A
+// PutStep implements front.Backend with INSERT … ON CONFLICT DO NOTHING. A
 // nil output is stored as empty.
-func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte) ([]byte, error) {
-	const op = "postgres: put step"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := store.Key(op, "step name", name); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) PutStep(ctx context.Context, op string, taskID, name string, output []byte) ([]byte, error) {
 	if output == nil {
 		output = []byte{}
 	}
@@ -225,9 +155,6 @@ func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte)
 	if err != nil {
 		return nil, classify(op, err, true)
 	}
-	if stored == nil {
-		stored = []byte{}
-	}
 	return stored, nil
 }
 
@@ -241,21 +168,8 @@ func scanEffect(taskID string, r pgx.Row) (ledger.Effect, error) {
 	return e, err
 }
 
-// BeginEffect implements ledger.Ledger.
-func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int) (ledger.Effect, bool, error) {
-	const op = "postgres: begin effect"
-	if err := store.ID(op, taskID); err != nil {
-		return ledger.Effect{}, false, err
-	}
-	if err := store.Key(op, "effect key", key); err != nil {
-		return ledger.Effect{}, false, err
-	}
-	if attempt < 0 {
-		return ledger.Effect{}, false, store.Invalid(op, "attempt %d is negative", attempt)
-	}
-	if err := s.check(op); err != nil {
-		return ledger.Effect{}, false, err
-	}
+// BeginEffect implements front.Backend.
+func (s backend) BeginEffect(ctx context.Context, op string, taskID, key string, attempt int) (ledger.Effect, bool, error) {
 	now := s.opts.Now()
 	var e ledger.Effect
 	err := s.queryRow(ctx, `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
@@ -275,22 +189,9 @@ func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int
 	return e, false, classify(op, err, false)
 }
 
-// SetEffect implements ledger.Ledger with an UPDATE guarded by
+// SetEffect implements front.Backend with an UPDATE guarded by
 // state <> 'confirmed'. A nil result keeps the stored one.
-func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.EffectState, result []byte) error {
-	const op = "postgres: set effect"
-	if err := store.ID(op, taskID); err != nil {
-		return err
-	}
-	if err := store.Key(op, "effect key", key); err != nil {
-		return err
-	}
-	if err := store.EffectState(op, state); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+func (s backend) SetEffect(ctx context.Context, op string, taskID, key string, state ledger.EffectState, result []byte) error {
 	tag, err := s.exec(ctx, `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
 		WHERE task_id = $1 AND key = $2 AND state <> 'confirmed'`, taskID, key, string(state), result, s.opts.Now())
 	if err != nil {
@@ -310,23 +211,13 @@ func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.
 	return store.Conflictf(op, "effect %q of task %s is confirmed and never changes", key, taskID)
 }
 
-// Effects implements ledger.Ledger, in the order they were begun.
-func (s *Store) Effects(ctx context.Context, taskID string) ([]ledger.Effect, error) {
-	const op = "postgres: effects"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// Effects implements front.Backend, in the order they were begun.
+func (s backend) Effects(ctx context.Context, op string, taskID string) ([]ledger.Effect, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+effectCols+` FROM ledger_effects WHERE task_id = $1 ORDER BY created_at, key`, taskID)
 	if err != nil {
 		return nil, classify(op, err, false)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Effect, error) { return scanEffect(taskID, r) })
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
@@ -350,19 +241,8 @@ const claimSQL = `WITH held AS (
 		RETURNING id)
 	SELECT id, dup FROM held UNION ALL SELECT id, false FROM ins`
 
-// Claim implements broker.DedupStore (claimSQL). A task this store has
-// just created with the key is answered without a round trip.
-func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
-	const op = "postgres: dedup claim"
-	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
-		return "", false, err
-	}
-	if err := s.check(op); err != nil {
-		return "", false, err
-	}
-	if s.claims.Take(id, tenant, key) {
-		return "", false, nil
-	}
+// Claim implements front.Backend with claimSQL.
+func (s backend) Claim(ctx context.Context, op string, lane, tenant, key, id string) (string, bool, error) {
 	for range 3 {
 		now := s.opts.Now()
 		var got string
@@ -390,16 +270,9 @@ func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string
 	return "", false, classify(op, errRetries, true)
 }
 
-// Release implements broker.DedupStore: it forgets the claim when id still
+// Release implements front.Backend: it forgets the claim when id still
 // holds it.
-func (s *Store) Release(ctx context.Context, lane, tenant, key, id string) error {
-	const op = "postgres: dedup release"
-	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+func (s backend) Release(ctx context.Context, op string, lane, tenant, key, id string) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM ledger_dedup WHERE lane = $1 AND tenant = $2 AND key = $3 AND id = $4`, lane, tenant, key, id)
 	return classify(op, err, true)
 }

@@ -63,16 +63,9 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
 	SELECT ` + taskCols + ` FROM u`
 
-// BeginRun implements ledger.Ledger in one statement (one round trip,
+// BeginRun implements front.Backend in one statement (one round trip,
 // one commit).
-func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task, error) {
-	const op = "postgres: begin run"
-	if err := store.RunStart(op, &req); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
 	now := s.opts.Now()
 	start := req.Start
 	if start.IsZero() {
@@ -119,16 +112,8 @@ var endRunSQL = `WITH a AS (` + attemptUpsert + `), ` + strings.TrimPrefix(trans
 var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 	UPDATE ledger_tasks SET lease_until = clock_timestamp() WHERE id = $1 AND state = 'running' AND attempt = $2`
 
-// EndRun implements ledger.Ledger in one statement.
-func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
-	const op = "postgres: end run"
-	from, err := store.RunEnd(op, &req)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// EndRun implements front.Backend in one statement.
+func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
 	if req.Transition == nil {
 		_, err := s.exec(ctx, endRunLeaseSQL, a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
@@ -151,7 +136,7 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 		result = []byte{}
 	}
 	var t *ledger.Task
-	err = s.queryRow(ctx, endRunSQL, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
+	err := s.queryRow(ctx, endRunSQL, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
 		tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
 		tr.Result != nil, result, tr.LastError, runAt, fromS, tr.Reason, tr.Detail, tr.Actor, tr.IfAttemptBelow,
 		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
@@ -175,19 +160,9 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	return cur, store.Conflict(op, tr.ID, cur.State, tr.To)
 }
 
-// RenewLeases implements ledger.Ledger in one statement, by the
+// RenewLeases implements front.Backend in one statement, by the
 // database's clock.
-func (s *Store) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.Duration) ([]string, error) {
-	const op = "postgres: renew leases"
-	if err := store.Leases(op, leases, d); err != nil {
-		return nil, err
-	}
-	if len(leases) == 0 {
-		return nil, nil
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) RenewLeases(ctx context.Context, op string, leases []ledger.Lease, d time.Duration) ([]string, error) {
 	ids := make([]string, len(leases))
 	atts := make([]int32, len(leases))
 	for i, l := range leases {

@@ -11,38 +11,14 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// Sequencer returns the ledger's ordering Sequencer: tasks that share an
-// ordering key start in the order it numbered them, one at a time, across
-// every process using this database, and a key held by a process that
-// died is free again when the holder's lease ends. broker.Broker finds it
-// through broker.SequencerSource when the store is its Dedup store, and
-// switchyard.NewClient and NewServer hand it to their broker.
-//
-// Assign is one statement; Acquire and Release are one short transaction
-// that locks the key's row (SELECT … FOR UPDATE), so concurrent calls on
-// one key serialise and calls on different keys do not meet.
-func (s *Store) Sequencer() broker.Sequencer { return pgSeq{s} }
+var _ broker.SequencerSource = (*Store)(nil)
 
-var (
-	_ broker.SequencerSource   = (*Store)(nil)
-	_ broker.SequencerPosition = pgSeq{}
-)
-
-type pgSeq struct{ s *Store }
-
-// Assign implements broker.Sequencer.
-func (q pgSeq) Assign(ctx context.Context, lane, key string) (int64, error) {
-	const op = "postgres: sequence assign"
-	if err := store.SeqArgs(op, lane, key, 0, false); err != nil {
-		return 0, err
-	}
-	if err := q.s.check(op); err != nil {
-		return 0, err
-	}
-	now := q.s.opts.Now()
+// SeqAssign implements front.Backend.
+func (q backend) SeqAssign(ctx context.Context, op, lane, key string) (int64, error) {
+	now := q.opts.Now()
 	base := store.SeqBase(now)
 	var n int64
-	err := q.s.queryRow(ctx, `INSERT INTO ledger_order_keys (lane, okey, assigned, next_start, progress) VALUES ($1, $2, $3, $3, $4)
+	err := q.queryRow(ctx, `INSERT INTO ledger_order_keys (lane, okey, assigned, next_start, progress) VALUES ($1, $2, $3, $3, $4)
 		ON CONFLICT (lane, okey) DO UPDATE SET assigned = ledger_order_keys.assigned + 1,
 			progress = CASE WHEN ledger_order_keys.next_start > ledger_order_keys.assigned THEN EXCLUDED.progress ELSE ledger_order_keys.progress END
 		RETURNING assigned`, func(r pgx.Row) error { return r.Scan(&n) }, lane, key, base, now)
@@ -90,27 +66,14 @@ func (t seqTx) TakeDone(ctx context.Context, seq int64) (bool, error) {
 	return err == nil && tag.RowsAffected() > 0, err
 }
 
-// Acquire implements broker.Sequencer.
-func (q pgSeq) Acquire(ctx context.Context, lane, key string, seq int64, until time.Time) (broker.Grant, error) {
-	g, _, err := q.AcquirePosition(ctx, lane, key, seq, until)
-	return g, err
-}
-
-// AcquirePosition implements broker.SequencerPosition.
-func (q pgSeq) AcquirePosition(ctx context.Context, lane, key string, seq int64, until time.Time) (broker.Grant, int64, error) {
-	const op = "postgres: sequence acquire"
-	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
-		return 0, 0, err
-	}
-	if err := q.s.check(op); err != nil {
-		return 0, 0, err
-	}
+// SeqAcquire implements front.Backend.
+func (q backend) SeqAcquire(ctx context.Context, op, lane, key string, seq int64, until time.Time) (broker.Grant, int64, error) {
 	var (
 		g     broker.Grant
 		ahead int64
 	)
-	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) (err error) {
-		g, ahead, err = store.SeqAcquireTx(ctx, seqTx{tx, lane, key}, seq, until, q.s.opts.Now(), q.s.opts.OrderingStall)
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) (err error) {
+		g, ahead, err = store.SeqAcquireTx(ctx, seqTx{tx, lane, key}, seq, until, q.opts.Now(), q.opts.OrderingStall)
 		return err
 	})
 	if err != nil {
@@ -119,17 +82,10 @@ func (q pgSeq) AcquirePosition(ctx context.Context, lane, key string, seq int64,
 	return g, ahead, nil
 }
 
-// Release implements broker.Sequencer.
-func (q pgSeq) Release(ctx context.Context, lane, key string, seq int64, done bool) error {
-	const op = "postgres: sequence release"
-	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
-		return err
-	}
-	if err := q.s.check(op); err != nil {
-		return err
-	}
-	err := pgx.BeginFunc(ctx, q.s.pool, func(tx pgx.Tx) error {
-		return store.SeqReleaseTx(ctx, seqTx{tx, lane, key}, seq, done, q.s.opts.Now())
+// SeqRelease implements front.Backend.
+func (q backend) SeqRelease(ctx context.Context, op, lane, key string, seq int64, done bool) error {
+	err := pgx.BeginFunc(ctx, q.pool, func(tx pgx.Tx) error {
+		return store.SeqReleaseTx(ctx, seqTx{tx, lane, key}, seq, done, q.opts.Now())
 	})
 	return classify(op, err, true)
 }

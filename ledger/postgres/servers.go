@@ -12,17 +12,9 @@ import (
 
 var _ ledger.Servers = (*Store)(nil)
 
-// RegisterServer implements ledger.Servers.
-func (s *Store) RegisterServer(ctx context.Context, sv ledger.Server) error {
-	const op = "postgres: register server"
-	lanes, err := store.Server(op, &sv)
-	if err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
-	_, err = s.pool.Exec(ctx, `INSERT INTO ledger_servers
+// RegisterServer implements front.Backend.
+func (s backend) RegisterServer(ctx context.Context, op string, sv ledger.Server, lanes string) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_servers
 		(id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, lanes = excluded.lanes,
@@ -32,25 +24,14 @@ func (s *Store) RegisterServer(ctx context.Context, sv ledger.Server) error {
 	return classify(op, err, true)
 }
 
-// RemoveServer implements ledger.Servers.
-func (s *Store) RemoveServer(ctx context.Context, id string) error {
-	const op = "postgres: remove server"
-	if err := store.Key(op, "server id", id); err != nil {
-		return err
-	}
-	if err := s.check(op); err != nil {
-		return err
-	}
+// RemoveServer implements front.Backend.
+func (s backend) RemoveServer(ctx context.Context, op string, id string) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM ledger_servers WHERE id = $1`, id)
 	return classify(op, err, true)
 }
 
-// PruneServers implements ledger.Servers.
-func (s *Store) PruneServers(ctx context.Context, before time.Time) (int, error) {
-	const op = "postgres: prune servers"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+// PruneServers implements front.Backend.
+func (s backend) PruneServers(ctx context.Context, op string, before time.Time) (int, error) {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM ledger_servers WHERE heartbeat < $1`, before)
 	if err != nil {
 		return 0, classify(op, err, true)
@@ -58,12 +39,8 @@ func (s *Store) PruneServers(ctx context.Context, before time.Time) (int, error)
 	return int(tag.RowsAffected()), nil
 }
 
-// ListServers implements ledger.Servers, by ID.
-func (s *Store) ListServers(ctx context.Context) ([]ledger.Server, error) {
-	const op = "postgres: list servers"
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// ListServers implements front.Backend, by ID.
+func (s backend) ListServers(ctx context.Context, op string) ([]ledger.Server, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns
 		FROM ledger_servers ORDER BY id`)
 	if err != nil {
@@ -77,8 +54,5 @@ func (s *Store) ListServers(ctx context.Context) ([]ledger.Server, error) {
 		sv.Lanes, sv.Interval = store.ServerLanes(lanes), time.Duration(iv)
 		return sv, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }

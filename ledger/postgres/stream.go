@@ -12,18 +12,11 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// AppendStream implements ledger.StreamStore: one statement takes the next
+// AppendStream implements front.Backend: one statement takes the next
 // numbers of the task's event counter (under the task row's lock, so
 // entries commit in number order), inserts the entries and sends a
 // ledger.TopicStream note (NOTIFY, delivered when the statement commits).
-func (s *Store) AppendStream(ctx context.Context, taskID string, attempt int, es []ledger.StreamEntry) (int64, error) {
-	const op = "postgres: append stream"
-	if err := store.StreamEntries(op, taskID, attempt, es); err != nil {
-		return 0, err
-	}
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+func (s backend) AppendStream(ctx context.Context, op string, taskID string, attempt int, es []ledger.StreamEntry) (int64, error) {
 	kinds := make([]string, len(es))
 	fracs := make([]float64, len(es))
 	msgs := make([]string, len(es))
@@ -58,19 +51,8 @@ func (s *Store) AppendStream(ctx context.Context, taskID string, attempt int, es
 	return last, nil
 }
 
-// ReadStream implements ledger.StreamStore.
-func (s *Store) ReadStream(ctx context.Context, taskID string, after int64, limit int) ([]ledger.StreamEntry, error) {
-	const op = "postgres: read stream"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	limit, err := store.StreamLimit(op, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// ReadStream implements front.Backend.
+func (s backend) ReadStream(ctx context.Context, op string, taskID string, after int64, limit int) ([]ledger.StreamEntry, error) {
 	rows, err := s.pool.Query(ctx, `SELECT seq, at, 'state', 0, from_state, to_state, reason, 0::float8, '', NULL::bytea
 			FROM (`+enqueuedEventSQL+`) d WHERE seq > $2
 		UNION ALL
@@ -93,29 +75,15 @@ func (s *Store) ReadStream(ctx context.Context, taskID string, after int64, limi
 		}
 		return e, err
 	})
-	if len(out) == 0 {
-		out = nil
-	}
 	return out, classify(op, err, false)
 }
 
-// LatestProgress implements ledger.StreamStore.
-func (s *Store) LatestProgress(ctx context.Context, ids []string) (map[string]ledger.StreamEntry, error) {
-	const op = "postgres: latest progress"
-	if err := store.ProgressIDs(op, ids); err != nil {
-		return nil, err
-	}
-	out := map[string]ledger.StreamEntry{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// LatestProgress implements front.Backend.
+func (s backend) LatestProgress(ctx context.Context, op string, ids []string, out map[string]ledger.StreamEntry) error {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT ON (task_id) task_id, seq, at, attempt, fraction, message
 		FROM ledger_stream WHERE kind = 'progress' AND task_id = ANY($1::text[]) ORDER BY task_id, seq DESC`, ids)
 	if err != nil {
-		return nil, classify(op, err, false)
+		return classify(op, err, false)
 	}
 	es, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.StreamEntry, error) {
 		e := ledger.StreamEntry{Kind: ledger.StreamProgress}
@@ -123,20 +91,16 @@ func (s *Store) LatestProgress(ctx context.Context, ids []string) (map[string]le
 		return e, err
 	})
 	if err != nil {
-		return nil, classify(op, err, false)
+		return classify(op, err, false)
 	}
 	for _, e := range es {
 		out[e.TaskID] = e
 	}
-	return out, nil
+	return nil
 }
 
-// PruneStreams implements ledger.StreamStore, in batches like Prune.
-func (s *Store) PruneStreams(ctx context.Context, before time.Time) (int, error) {
-	const op = "postgres: prune streams"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+// PruneStreams implements front.Backend, in batches like Prune.
+func (s backend) PruneStreams(ctx context.Context, op string, before time.Time) (int, error) {
 	var terms []string
 	for _, st := range store.TerminalStates() {
 		terms = append(terms, string(st))
@@ -172,15 +136,8 @@ func isUnique(err error) bool {
 	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
-// PutWait implements ledger.StreamStore.
-func (s *Store) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, error) {
-	const op = "postgres: put wait"
-	if err := store.Wait(op, &w); err != nil {
-		return ledger.Wait{}, false, err
-	}
-	if err := s.check(op); err != nil {
-		return ledger.Wait{}, false, err
-	}
+// PutWait implements front.Backend.
+func (s backend) PutWait(ctx context.Context, op string, w ledger.Wait) (ledger.Wait, bool, error) {
 	now := s.opts.Now()
 	var out ledger.Wait
 	err := s.queryRow(ctx, `INSERT INTO ledger_waits (`+waitCols+`)
@@ -202,18 +159,8 @@ func (s *Store) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, 
 	return out, false, classify(op, err, false)
 }
 
-// GetWait implements ledger.StreamStore.
-func (s *Store) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	const op = "postgres: get wait"
-	if err := store.ID(op, taskID); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := store.Key(op, "wait name", name); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := s.check(op); err != nil {
-		return ledger.Wait{}, err
-	}
+// GetWait implements front.Backend.
+func (s backend) GetWait(ctx context.Context, op string, taskID, name string) (ledger.Wait, error) {
 	w, err := scanWait(s.pool.QueryRow(ctx, `SELECT `+waitCols+` FROM ledger_waits WHERE task_id = $1 AND name = $2`, taskID, name))
 	if isNoRows(err) {
 		return ledger.Wait{}, store.NotFound(op, "wait %q of task %s", name, taskID)
@@ -221,34 +168,10 @@ func (s *Store) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, 
 	return w, classify(op, err, false)
 }
 
-// SignalWait implements ledger.StreamStore.
-func (s *Store) SignalWait(ctx context.Context, t ledger.WaitTarget, payload []byte) (ledger.Wait, error) {
-	const op = "postgres: signal wait"
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	if payload == nil {
-		payload = []byte{}
-	}
-	return s.moveWait(ctx, op, t, ledger.WaitSignalled, payload)
-}
-
-// ExpireWait implements ledger.StreamStore.
-func (s *Store) ExpireWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	const op = "postgres: expire wait"
-	t := ledger.WaitTarget{TaskID: taskID, Name: name}
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	return s.moveWait(ctx, op, t, ledger.WaitTimedOut, nil)
-}
-
-// moveWait moves the selected wait from pending to `to` with one guarded
-// UPDATE; when none moved, a wait that exists but is closed is a conflict.
-func (s *Store) moveWait(ctx context.Context, op string, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
-	if err := s.check(op); err != nil {
-		return ledger.Wait{}, err
-	}
+// MoveWait implements front.Backend: it moves the selected wait from
+// pending to `to` with one guarded UPDATE; when none moved, a wait that
+// exists but is closed is a conflict.
+func (s backend) MoveWait(ctx context.Context, op string, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
 	var where string
 	var args []any
 	switch {
@@ -282,15 +205,8 @@ func (s *Store) moveWait(ctx context.Context, op string, t ledger.WaitTarget, to
 	return ledger.Wait{}, store.Conflictf(op, "the wait is %s", state)
 }
 
-// FindWait implements ledger.StreamStore.
-func (s *Store) FindWait(ctx context.Context, t ledger.WaitTarget) (ledger.Wait, error) {
-	const op = "postgres: find wait"
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := s.check(op); err != nil {
-		return ledger.Wait{}, err
-	}
+// FindWait implements front.Backend.
+func (s backend) FindWait(ctx context.Context, op string, t ledger.WaitTarget) (ledger.Wait, error) {
 	var where string
 	var args []any
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,18 +58,10 @@ func tsOrNil(t time.Time) any {
 	return t
 }
 
-// Create implements ledger.Ledger with INSERT … ON CONFLICT DO NOTHING.
+// Create implements front.Backend with INSERT … ON CONFLICT DO NOTHING.
 // The task's "enqueued" event (seq 1) is not a row: Events derives it from
 // the task's created_at (enqueuedEventSQL).
-func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
-	const op = "postgres: create"
-	t, err := store.CreateTask(op, in, s.opts.Now())
-	if err != nil {
-		return nil, false, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, false, err
-	}
+func (s backend) Create(ctx context.Context, op string, t *ledger.Task) (*ledger.Task, bool, error) {
 	var meta any
 	if len(t.Metadata) > 0 {
 		b, err := json.Marshal(t.Metadata)
@@ -88,7 +81,6 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
 			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt)
 		if err == nil {
-			s.claims.Add(got.ID, got.Tenant, got.IdempotencyKey)
 			return got, true, nil
 		}
 		if !isNoRows(err) {
@@ -114,15 +106,8 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	return nil, false, classify(op, fmt.Errorf("task %s: insert conflicted but no conflicting task was found, three times", t.ID), true)
 }
 
-// Get implements ledger.Ledger.
-func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
-	const op = "postgres: get"
-	if err := store.ID(op, id); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// Get implements front.Backend.
+func (s backend) Get(ctx context.Context, op string, id string) (*ledger.Task, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = $1`, id))
 	if isNoRows(err) {
 		return nil, store.NotFound(op, "task %s", id)
@@ -130,15 +115,8 @@ func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
 	return t, classify(op, err, false)
 }
 
-// GetByKey implements ledger.Ledger.
-func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task, error) {
-	const op = "postgres: get by key"
-	if err := store.Key(op, "idempotency key", key); err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// GetByKey implements front.Backend.
+func (s backend) GetByKey(ctx context.Context, op string, tenant, key string) (*ledger.Task, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = $1 AND idem_key = $2 AND idem_key <> ''`, tenant, key))
 	if isNoRows(err) {
 		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
@@ -171,17 +149,9 @@ const transitionSQL = `WITH cur AS (
 var transitionLaneSQL = strings.Replace(transitionSQL, "run_at = COALESCE($8::timestamptz, t.run_at),",
 	"run_at = COALESCE($8::timestamptz, t.run_at),\n\t\t\tlane = $14::text,", 1)
 
-// Transition implements ledger.Ledger with a guarded
+// Transition implements front.Backend with a guarded
 // UPDATE … WHERE state = ANY(…) and the event insert in one statement.
-func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
-	const op = "postgres: transition"
-	from, err := store.Transition(op, &req)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+func (s backend) Transition(ctx context.Context, op string, req ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
 	fromS := make([]string, len(from))
 	for i, st := range from {
 		fromS[i] = string(st)
@@ -218,32 +188,15 @@ func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*
 		if err != nil {
 			return nil, classify(op, err, false)
 		}
-		if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
+		if !slices.Contains(from, ledger.State(cur)) || !store.AttemptGuard(&req, attempt) {
 			return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
 		}
 	}
 	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the transition", req.ID), true)
 }
 
-func hasState(ss []ledger.State, s ledger.State) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// List implements ledger.Ledger.
-func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, error) {
-	const op = "postgres: list"
-	f, err := store.Filter(op, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
+// List implements front.Backend.
+func (s backend) List(ctx context.Context, op string, f ledger.Filter) ([]*ledger.Task, error) {
 	states := make([]string, len(f.States))
 	for i, st := range f.States {
 		states[i] = string(st)
@@ -280,14 +233,10 @@ func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, erro
 // pruneBatch bounds how many tasks one prune statement deletes.
 const pruneBatch = 500
 
-// Prune implements ledger.Ledger, in batches that skip rows other
+// Prune implements front.Backend, in batches that skip rows other
 // transactions hold. It also forgets dedup claims older than the dedup
 // window.
-func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
-	const op = "postgres: prune"
-	if err := s.check(op); err != nil {
-		return 0, err
-	}
+func (s backend) Prune(ctx context.Context, op string, before time.Time) (int, error) {
 	var terms []string
 	for _, st := range store.TerminalStates() {
 		terms = append(terms, string(st))

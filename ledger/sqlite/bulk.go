@@ -8,35 +8,21 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// CreateMany implements ledger.Ledger: the valid tasks are recorded in one
+// CreateMany implements front.Backend: the valid tasks are recorded in one
 // write transaction (one fsync), each as Create records it, in order, so a
 // task repeating an earlier one's idempotency key finds it.
-func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.CreateResult, error) {
-	const op = "sqlite: create many"
-	now := s.opts.Now()
-	res := make([]ledger.CreateResult, len(in))
-	ts := make([]*ledger.Task, len(in))
-	metas := make([]any, len(in))
-	valid := 0
-	for i, t := range in {
-		c, err := store.CreateTask(op, t, now)
-		if err == nil {
-			metas[i], err = metaJSON(c.Metadata)
-			if err != nil {
-				err = store.Invalid(op, "metadata: %v", err)
-			}
-		}
-		if err != nil {
-			res[i].Err = err
+func (s backend) CreateMany(ctx context.Context, op string, ts []*ledger.Task, res []ledger.CreateResult) error {
+	metas := make([]any, len(ts))
+	for i, t := range ts {
+		if t == nil {
 			continue
 		}
-		ts[i] = c
-		valid++
+		var err error
+		if metas[i], err = metaJSON(t.Metadata); err != nil {
+			res[i].Err, ts[i] = store.Invalid(op, "metadata: %v", err), nil
+		}
 	}
-	if valid == 0 {
-		return res, nil
-	}
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		for i, t := range ts {
 			if t == nil {
 				continue
@@ -53,15 +39,6 @@ func (s *Store) CreateMany(ctx context.Context, in []*ledger.Task) ([]ledger.Cre
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	for _, r := range res {
-		if r.Created {
-			s.claims.Add(r.Task.ID, r.Task.Tenant, r.Task.IdempotencyKey)
-		}
-	}
-	return res, nil
 }
 
 // createInTx records t (validated, with its metadata encoded) in tx, as

@@ -4,11 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-
-	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// Claim implements broker.DedupStore: it records (lane, tenant, key) → id
+// Claim implements front.Backend: it records (lane, tenant, key) → id
 // unless a claim younger than the dedup window holds the key, in which
 // case it returns that claim's id and dup=true. An expired claim is
 // replaced. A task row holding the key is a claim too, so an idempotent
@@ -16,14 +14,7 @@ import (
 // holds the key nothing is written (and a task this store has just
 // created is answered without a query), and a task of the same lane
 // holding it, created within the window, is the duplicate.
-func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string, bool, error) {
-	const op = "sqlite: dedup claim"
-	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
-		return "", false, err
-	}
-	if s.claims.Take(id, tenant, key) {
-		return "", false, nil
-	}
+func (s backend) Claim(ctx context.Context, op, lane, tenant, key, id string) (string, bool, error) {
 	var (
 		existing string
 		dup      bool
@@ -65,13 +56,9 @@ func (s *Store) Claim(ctx context.Context, lane, tenant, key, id string) (string
 	return existing, dup, nil
 }
 
-// Release implements broker.DedupStore: it forgets the claim when id still
+// Release implements front.Backend: it forgets the claim when id still
 // holds it.
-func (s *Store) Release(ctx context.Context, lane, tenant, key, id string) error {
-	const op = "sqlite: dedup release"
-	if err := store.Dedup(op, lane, tenant, key, id); err != nil {
-		return err
-	}
+func (s backend) Release(ctx context.Context, op, lane, tenant, key, id string) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_dedup WHERE lane = ? AND tenant = ? AND key = ? AND id = ?`, lane, tenant, key, id)
 		return err

@@ -11,16 +11,8 @@ import (
 
 var _ ledger.History = (*Store)(nil)
 
-// RecordHistory implements ledger.History, in one write transaction.
-func (s *Store) RecordHistory(ctx context.Context, server string, pts []ledger.HistoryPoint) error {
-	const op = "sqlite: record history"
-	if err := store.History(op, server, pts); err != nil {
-		return err
-	}
-	rows := store.HistoryRows(pts)
-	if len(rows) == 0 {
-		return nil
-	}
+// RecordHistory implements front.Backend, in one write transaction.
+func (s backend) RecordHistory(ctx context.Context, op, server string, rows []store.HistoryRow) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		for _, r := range rows {
 			if _, err := s.txExec(ctx, tx, `INSERT INTO ledger_history (minute, lane, server, processed, failed, dead)
@@ -35,13 +27,9 @@ func (s *Store) RecordHistory(ctx context.Context, server string, pts []ledger.H
 	})
 }
 
-// ListHistory implements ledger.History: a range scan of the primary key
+// ListHistory implements front.Backend: a range scan of the primary key
 // (minute first).
-func (s *Store) ListHistory(ctx context.Context, since time.Time, lane string) ([]ledger.HistoryPoint, error) {
-	const op = "sqlite: list history"
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+func (s backend) ListHistory(ctx context.Context, op string, since time.Time, lane string) ([]ledger.HistoryPoint, error) {
 	rows, err := s.rQuery(ctx, `SELECT minute, lane, SUM(processed), SUM(failed), SUM(dead) FROM ledger_history
 		WHERE minute >= ? AND (? = '' OR lane = ?) GROUP BY minute, lane ORDER BY minute, lane`,
 		store.UnixMinute(since), lane, lane)
@@ -62,9 +50,8 @@ func (s *Store) ListHistory(ctx context.Context, since time.Time, lane string) (
 	return out, s.classify(op, rows.Err())
 }
 
-// PruneHistory implements ledger.History.
-func (s *Store) PruneHistory(ctx context.Context, before time.Time) (int, error) {
-	const op = "sqlite: prune history"
+// PruneHistory implements front.Backend.
+func (s backend) PruneHistory(ctx context.Context, op string, before time.Time) (int, error) {
 	var n int64
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.txExec(ctx, tx, `DELETE FROM ledger_history WHERE minute < ?`, store.UnixMinute(before))

@@ -6,20 +6,15 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
 var _ ledger.LaneControls = (*Store)(nil)
 
-// SetLanePaused implements ledger.LaneControls. Pausing a paused lane keeps
+// SetLanePaused implements front.Backend. Pausing a paused lane keeps
 // the first pause's actor and time; resuming a lane that is not paused
 // does nothing. A call that changes the lane's state appends a lane event
 // in the same transaction.
-func (s *Store) SetLanePaused(ctx context.Context, lane string, paused bool, actor string) error {
-	const op = "sqlite: set lane paused"
-	if err := store.LanePause(op, lane, actor); err != nil {
-		return err
-	}
+func (s backend) SetLanePaused(ctx context.Context, op, lane string, paused bool, actor string) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		now := s.opts.Now().UnixNano()
 		var res sql.Result
@@ -43,17 +38,12 @@ func (s *Store) SetLanePaused(ctx context.Context, lane string, paused bool, act
 	})
 }
 
-// LaneEvents implements ledger.LaneControls, newest first.
-func (s *Store) LaneEvents(ctx context.Context, lane string, limit int) ([]ledger.LaneEvent, error) {
-	const op = "sqlite: lane events"
-	limit, err := store.LaneEvents(op, lane, limit)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
-	var rows *sql.Rows
+// LaneEvents implements front.Backend, newest first.
+func (s backend) LaneEvents(ctx context.Context, op, lane string, limit int) ([]ledger.LaneEvent, error) {
+	var (
+		rows *sql.Rows
+		err  error
+	)
 	if lane == "" {
 		rows, err = s.rQuery(ctx, `SELECT lane, actor, paused, at FROM ledger_lane_events ORDER BY seq DESC LIMIT ?`, limit)
 	} else {
@@ -76,12 +66,8 @@ func (s *Store) LaneEvents(ctx context.Context, lane string, limit int) ([]ledge
 	return out, s.classify(op, rows.Err())
 }
 
-// PausedLanes implements ledger.LaneControls, ordered by lane name.
-func (s *Store) PausedLanes(ctx context.Context) ([]ledger.LanePause, error) {
-	const op = "sqlite: paused lanes"
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// PausedLanes implements front.Backend, ordered by lane name.
+func (s backend) PausedLanes(ctx context.Context, op string) ([]ledger.LanePause, error) {
 	rows, err := s.rQuery(ctx, `SELECT lane, actor, since FROM ledger_lane_pauses ORDER BY lane`)
 	if err != nil {
 		return nil, s.classify(op, err)

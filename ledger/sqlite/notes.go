@@ -30,12 +30,8 @@ const noteKeep = time.Minute
 
 var _ ledger.Notes = (*Store)(nil)
 
-// Notify implements ledger.Notes.
-func (s *Store) Notify(ctx context.Context, n ledger.Note) error {
-	const op = "sqlite: notify"
-	if err := store.Note(op, n); err != nil {
-		return err
-	}
+// Notify implements front.Backend.
+func (s backend) Notify(ctx context.Context, op string, n ledger.Note) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_notes (at, topic, task_id, state, detail) VALUES (?, ?, ?, ?, ?)`,
 			s.opts.Now().UnixNano(), n.Topic, n.TaskID, string(n.State), n.Detail)
@@ -43,12 +39,8 @@ func (s *Store) Notify(ctx context.Context, n ledger.Note) error {
 	})
 }
 
-// Listen implements ledger.Notes.
-func (s *Store) Listen(ctx context.Context) (<-chan ledger.Note, error) {
-	const op = "sqlite: listen"
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// Listen implements front.Backend.
+func (s backend) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
 	s.hubOnce.Do(func() { s.hub = &store.Hub{Run: s.pollNotes} })
 	if s.hub == nil { // closed first
 		return nil, store.Closed(op)

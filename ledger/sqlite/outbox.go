@@ -53,67 +53,58 @@ func headersJSON(h map[string]string) (any, error) {
 	return string(b), nil
 }
 
-// prepareOutbox validates ts as CreateMany does; a task that does not
-// validate gets its error in res and a nil entry in the result.
-func (s *Store) prepareOutbox(op string, in []ledger.OutboxTask, now time.Time, res []ledger.CreateResult) (ts []*ledger.Task, metas, hdrs []any) {
-	ts, metas, hdrs = make([]*ledger.Task, len(in)), make([]any, len(in)), make([]any, len(in))
-	for i, ot := range in {
-		c, err := store.CreateTask(op, ot.Task, now)
-		if err == nil {
-			if metas[i], err = metaJSON(c.Metadata); err != nil {
-				err = store.Invalid(op, "metadata: %v", err)
-			}
-		}
-		if err == nil {
-			if hdrs[i], err = headersJSON(ot.Headers); err != nil {
-				err = store.Invalid(op, "headers: %v", err)
-			}
-		}
-		if err != nil {
-			res[i].Err = err
+// encodeOutbox encodes the metadata and headers of the valid tasks ts of
+// in; one that does not encode gets its error in res and a nil entry in
+// ts.
+func encodeOutbox(op string, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult) (metas, hdrs []any) {
+	metas, hdrs = make([]any, len(in)), make([]any, len(in))
+	for i, t := range ts {
+		if t == nil {
 			continue
 		}
-		ts[i] = c
+		var err error
+		if metas[i], err = metaJSON(t.Metadata); err != nil {
+			err = store.Invalid(op, "metadata: %v", err)
+		} else if hdrs[i], err = headersJSON(in[i].Headers); err != nil {
+			err = store.Invalid(op, "headers: %v", err)
+		}
+		if err != nil {
+			res[i].Err, ts[i] = err, nil
+		}
 	}
-	return ts, metas, hdrs
+	return metas, hdrs
 }
 
-// CreateTx implements ledger.Outbox for a *sql.Tx on the ledger's
+// CreateTx implements front.Backend for a *sql.Tx on the ledger's
 // database file. The writes run inside a SAVEPOINT of tx: an error leaves
 // tx as it was, usable. Use a transaction that takes the write lock at
 // BEGIN (modernc.org/sqlite's _txlock=immediate), or SQLite may refuse
 // the upgrade of a read transaction with SQLITE_BUSY.
-func (s *Store) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) ([]ledger.CreateResult, error) {
-	const op = "sqlite: create in tx"
+func (s backend) CreateTx(ctx context.Context, op string, txv any, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult, now time.Time) error {
 	tx, ok := txv.(*sql.Tx)
 	if !ok || tx == nil {
-		return nil, ledger.TxError(op, ledger.ErrTxType, "%T (the SQLite ledger takes a *sql.Tx on its own database file)", txv)
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
+		return ledger.TxError(op, ledger.ErrTxType, "%T (the SQLite ledger takes a *sql.Tx on its own database file)", txv)
 	}
 	mine, err := s.identity(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var theirs string
 	if err := tx.QueryRowContext(ctx, `SELECT id FROM ledger_identity`).Scan(&theirs); err != nil {
 		switch {
 		case errors.Is(err, sql.ErrTxDone):
-			return nil, ledger.TxError(op, ledger.ErrTxClosed, "%v", err)
+			return ledger.TxError(op, ledger.ErrTxClosed, "%v", err)
 		case strings.Contains(err.Error(), "no such table"), errors.Is(err, sql.ErrNoRows):
-			return nil, ledger.TxError(op, ledger.ErrForeignTx, "its database has no Switchyard ledger")
+			return ledger.TxError(op, ledger.ErrForeignTx, "its database has no Switchyard ledger")
 		}
-		return nil, s.classify(op, err)
+		return s.classify(op, err)
 	}
 	if theirs != mine {
-		return nil, ledger.TxError(op, ledger.ErrForeignTx, "its database is another Switchyard ledger than %s", s.path)
+		return ledger.TxError(op, ledger.ErrForeignTx, "its database is another Switchyard ledger than %s", s.path)
 	}
-	now := s.opts.Now()
-	res := make([]ledger.CreateResult, len(in))
-	ts, metas, hdrs := s.prepareOutbox(op, in, now, res)
+	metas, hdrs := encodeOutbox(op, in, ts, res)
 	if _, err := tx.ExecContext(ctx, `SAVEPOINT switchyard_enqueue_tx`); err != nil {
-		return nil, s.classify(op, err)
+		return s.classify(op, err)
 	}
 	err = func() error {
 		for i, t := range ts {
@@ -138,12 +129,12 @@ func (s *Store) CreateTx(ctx context.Context, txv any, in []ledger.OutboxTask) (
 	if err != nil {
 		tx.ExecContext(context.WithoutCancel(ctx), `ROLLBACK TO switchyard_enqueue_tx`)
 		tx.ExecContext(context.WithoutCancel(ctx), `RELEASE switchyard_enqueue_tx`)
-		return nil, s.classify(op, err)
+		return s.classify(op, err)
 	}
 	if _, err := tx.ExecContext(ctx, `RELEASE switchyard_enqueue_tx`); err != nil {
-		return nil, s.classify(op, err)
+		return s.classify(op, err)
 	}
-	return res, nil
+	return nil
 }
 
 // execTx runs createIn's statements straight on a caller's transaction
@@ -205,25 +196,15 @@ func createIn(ctx context.Context, e execer, t *ledger.Task, meta any) (*ledger.
 	return nil, nil
 }
 
-// CreateOutbox implements ledger.Outbox in one write transaction.
-func (s *Store) CreateOutbox(ctx context.Context, in []ledger.OutboxTask, owner string, lease time.Duration) ([]ledger.CreateResult, error) {
-	const op = "sqlite: create outbox"
-	if lease < 0 {
-		return nil, store.Invalid(op, "lease %v is negative", lease)
-	}
-	now := s.opts.Now()
-	res := make([]ledger.CreateResult, len(in))
-	ts, metas, hdrs := s.prepareOutbox(op, in, now, res)
+// CreateOutbox implements front.Backend in one write transaction.
+func (s backend) CreateOutbox(ctx context.Context, op string, in []ledger.OutboxTask, ts []*ledger.Task, res []ledger.CreateResult, now time.Time, owner string, lease time.Duration) error {
+	metas, hdrs := encodeOutbox(op, in, ts, res)
 	var until int64
 	if lease > 0 {
 		until = now.Add(lease).UnixNano()
-	} else {
-		owner = ""
 	}
-	out := make([]ledger.CreateResult, len(in))
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		copy(out, res)
-		e := execWriter{s, tx}
+	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		e := execWriter{s.Store, tx}
 		for i, t := range ts {
 			if t == nil {
 				continue
@@ -233,31 +214,20 @@ func (s *Store) CreateOutbox(ctx context.Context, in []ledger.OutboxTask, owner 
 				return err
 			}
 			if existing != nil {
-				out[i] = ledger.CreateResult{Task: existing}
+				res[i] = ledger.CreateResult{Task: existing}
 				continue
 			}
 			if _, err := e.exec(ctx, outboxInsertSQL, t.ID, t.OrderingKey, hdrs[i], now.UnixNano(), until, owner); err != nil {
 				return err
 			}
-			out[i] = ledger.CreateResult{Task: t, Created: true}
+			res[i] = ledger.CreateResult{Task: t, Created: true}
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
-// ClaimOutbox implements ledger.Outbox.
-func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease time.Duration) ([]ledger.OutboxItem, error) {
-	const op = "sqlite: claim outbox"
-	if limit <= 0 || lease <= 0 || owner == "" {
-		return nil, store.Invalid(op, "limit %d and lease %v must be positive and owner non-empty", limit, lease)
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// ClaimOutbox implements front.Backend.
+func (s backend) ClaimOutbox(ctx context.Context, op, owner string, limit int, lease time.Duration) ([]ledger.OutboxItem, error) {
 	// A read first: an idle relay's polls never take the write lock.
 	var waiting int
 	err := s.rQueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM ledger_outbox WHERE lease_until <= ? LIMIT 1)`, s.opts.Now().UnixNano()).Scan(&waiting)
@@ -343,12 +313,8 @@ func (s *Store) ClaimOutbox(ctx context.Context, owner string, limit int, lease 
 	return items, nil
 }
 
-// DoneOutbox implements ledger.Outbox.
-func (s *Store) DoneOutbox(ctx context.Context, owner string, taskIDs []string) error {
-	const op = "sqlite: done outbox"
-	if len(taskIDs) == 0 {
-		return nil
-	}
+// DoneOutbox implements front.Backend.
+func (s backend) DoneOutbox(ctx context.Context, op, owner string, taskIDs []string) error {
 	ids, _ := json.Marshal(taskIDs)
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_outbox WHERE owner = ? AND task_id IN (SELECT value FROM json_each(?))`, owner, string(ids))
@@ -356,15 +322,8 @@ func (s *Store) DoneOutbox(ctx context.Context, owner string, taskIDs []string) 
 	})
 }
 
-// ReleaseOutbox implements ledger.Outbox.
-func (s *Store) ReleaseOutbox(ctx context.Context, owner string, taskIDs []string, retryIn time.Duration, lastError string) error {
-	const op = "sqlite: release outbox"
-	if len(taskIDs) == 0 {
-		return nil
-	}
-	if retryIn < 0 {
-		retryIn = 0
-	}
+// ReleaseOutbox implements front.Backend.
+func (s backend) ReleaseOutbox(ctx context.Context, op, owner string, taskIDs []string, retryIn time.Duration, lastError string) error {
 	ids, _ := json.Marshal(taskIDs)
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `UPDATE ledger_outbox SET owner = '', lease_until = ?, tries = tries + 1, last_error = ?
@@ -373,12 +332,8 @@ func (s *Store) ReleaseOutbox(ctx context.Context, owner string, taskIDs []strin
 	})
 }
 
-// OutboxStats implements ledger.Outbox.
-func (s *Store) OutboxStats(ctx context.Context) (ledger.OutboxStats, error) {
-	const op = "sqlite: outbox stats"
-	if err := s.read(op); err != nil {
-		return ledger.OutboxStats{}, err
-	}
+// OutboxStats implements front.Backend.
+func (s backend) OutboxStats(ctx context.Context, op string) (ledger.OutboxStats, error) {
 	var (
 		st     ledger.OutboxStats
 		oldest sql.NullInt64

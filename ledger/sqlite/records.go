@@ -10,16 +10,8 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// StartAttempt implements ledger.Ledger. Starting an attempt number that
-// is already recorded updates its worker and start time.
-func (s *Store) StartAttempt(ctx context.Context, a ledger.Attempt) error {
-	const op = "sqlite: start attempt"
-	if err := store.Attempt(op, &a); err != nil {
-		return err
-	}
-	if a.Start.IsZero() {
-		a.Start = s.opts.Now()
-	}
+// StartAttempt implements front.Backend.
+func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
@@ -40,13 +32,8 @@ const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, 
 				duration_ns = excluded.duration_ns, outcome = excluded.outcome, class = excluded.class,
 				error = excluded.error, stack = excluded.stack`
 
-// FinishAttempt implements ledger.Ledger. Empty Worker and zero Start keep
-// what StartAttempt recorded.
-func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
-	const op = "sqlite: finish attempt"
-	if err := store.Attempt(op, &a); err != nil {
-		return err
-	}
+// FinishAttempt implements front.Backend.
+func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
@@ -57,15 +44,8 @@ func (s *Store) FinishAttempt(ctx context.Context, a ledger.Attempt) error {
 	})
 }
 
-// Attempts implements ledger.Ledger. An unknown task has no attempts.
-func (s *Store) Attempts(ctx context.Context, taskID string) ([]ledger.Attempt, error) {
-	const op = "sqlite: attempts"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// Attempts implements front.Backend.
+func (s backend) Attempts(ctx context.Context, op, taskID string) ([]ledger.Attempt, error) {
 	rows, err := s.rQuery(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
 		FROM ledger_attempts WHERE task_id = ? ORDER BY number`, taskID)
 	if err != nil {
@@ -95,15 +75,8 @@ const enqueuedEventSQL = `SELECT 1 AS seq, created_at AS at, '' AS from_state, '
 		'enqueued' AS reason, '' AS detail, '' AS actor
 	FROM ledger_tasks WHERE id = ? AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = ? AND seq = 1)`
 
-// Events implements ledger.Ledger. An unknown task has no events.
-func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, error) {
-	const op = "sqlite: events"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// Events implements front.Backend.
+func (s backend) Events(ctx context.Context, op, taskID string) ([]ledger.Event, error) {
 	rows, err := s.rQuery(ctx, enqueuedEventSQL+`
 		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = ?
@@ -126,16 +99,8 @@ func (s *Store) Events(ctx context.Context, taskID string) ([]ledger.Event, erro
 	return out, s.classify(op, rows.Err())
 }
 
-// AppendEvent implements ledger.Ledger. e.Seq is assigned; a zero e.At is
-// now.
-func (s *Store) AppendEvent(ctx context.Context, e ledger.Event) error {
-	const op = "sqlite: append event"
-	if err := store.Event(op, &e); err != nil {
-		return err
-	}
-	if e.At.IsZero() {
-		e.At = s.opts.Now()
-	}
+// AppendEvent implements front.Backend.
+func (s backend) AppendEvent(ctx context.Context, op string, e ledger.Event) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		var seq int64
 		err := s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET event_seq = event_seq + 1 WHERE id = ? RETURNING event_seq`, e.TaskID).Scan(&seq)
@@ -151,18 +116,8 @@ func (s *Store) AppendEvent(ctx context.Context, e ledger.Event) error {
 	})
 }
 
-// GetStep implements ledger.Ledger.
-func (s *Store) GetStep(ctx context.Context, taskID, name string) ([]byte, bool, error) {
-	const op = "sqlite: get step"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, false, err
-	}
-	if err := store.Key(op, "step name", name); err != nil {
-		return nil, false, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, false, err
-	}
+// GetStep implements front.Backend.
+func (s backend) GetStep(ctx context.Context, op, taskID, name string) ([]byte, bool, error) {
 	var out []byte
 	err := s.rQueryRow(ctx, `SELECT output FROM ledger_steps WHERE task_id = ? AND name = ?`, taskID, name).Scan(&out)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -171,24 +126,11 @@ func (s *Store) GetStep(ctx context.Context, taskID, name string) ([]byte, bool,
 	if err != nil {
 		return nil, false, s.classify(op, err)
 	}
-	if out == nil {
-		out = []byte{}
-	}
 	return out, true, nil
 }
 
-// PutStep implements ledger.Ledger. A nil output is stored as empty.
-func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte) ([]byte, error) {
-	const op = "sqlite: put step"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := store.Key(op, "step name", name); err != nil {
-		return nil, err
-	}
-	if output == nil {
-		output = []byte{}
-	}
+// PutStep implements front.Backend.
+func (s backend) PutStep(ctx context.Context, op, taskID, name string, output []byte) ([]byte, error) {
 	var stored []byte
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES (?, ?, ?, ?)
@@ -207,13 +149,7 @@ func (s *Store) PutStep(ctx context.Context, taskID, name string, output []byte)
 		}
 		return s.txQueryRow(ctx, tx, `SELECT output FROM ledger_steps WHERE task_id = ? AND name = ?`, taskID, name).Scan(&stored)
 	})
-	if err != nil {
-		return nil, err
-	}
-	if stored == nil {
-		stored = []byte{}
-	}
-	return stored, nil
+	return stored, err
 }
 
 const effectCols = `key, state, attempt, result, updated_at`
@@ -229,18 +165,8 @@ func scanEffect(taskID string, r scanner) (ledger.Effect, error) {
 	return e, nil
 }
 
-// BeginEffect implements ledger.Ledger.
-func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int) (ledger.Effect, bool, error) {
-	const op = "sqlite: begin effect"
-	if err := store.ID(op, taskID); err != nil {
-		return ledger.Effect{}, false, err
-	}
-	if err := store.Key(op, "effect key", key); err != nil {
-		return ledger.Effect{}, false, err
-	}
-	if attempt < 0 {
-		return ledger.Effect{}, false, store.Invalid(op, "attempt %d is negative", attempt)
-	}
+// BeginEffect implements front.Backend.
+func (s backend) BeginEffect(ctx context.Context, op, taskID, key string, attempt int) (ledger.Effect, bool, error) {
 	var (
 		e     ledger.Effect
 		begun bool
@@ -269,18 +195,8 @@ func (s *Store) BeginEffect(ctx context.Context, taskID, key string, attempt int
 	return e, begun, err
 }
 
-// SetEffect implements ledger.Ledger. A nil result keeps the stored one.
-func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.EffectState, result []byte) error {
-	const op = "sqlite: set effect"
-	if err := store.ID(op, taskID); err != nil {
-		return err
-	}
-	if err := store.Key(op, "effect key", key); err != nil {
-		return err
-	}
-	if err := store.EffectState(op, state); err != nil {
-		return err
-	}
+// SetEffect implements front.Backend.
+func (s backend) SetEffect(ctx context.Context, op, taskID, key string, state ledger.EffectState, result []byte) error {
 	var res any
 	if result != nil {
 		res = result
@@ -303,15 +219,8 @@ func (s *Store) SetEffect(ctx context.Context, taskID, key string, state ledger.
 	})
 }
 
-// Effects implements ledger.Ledger, in the order they were begun.
-func (s *Store) Effects(ctx context.Context, taskID string) ([]ledger.Effect, error) {
-	const op = "sqlite: effects"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// Effects implements front.Backend.
+func (s backend) Effects(ctx context.Context, op, taskID string) ([]ledger.Effect, error) {
 	rows, err := s.rQuery(ctx, `SELECT `+effectCols+` FROM ledger_effects WHERE task_id = ? ORDER BY created_at, key`, taskID)
 	if err != nil {
 		return nil, s.classify(op, err)

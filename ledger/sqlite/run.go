@@ -10,14 +10,10 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// BeginRun implements ledger.Ledger: the move to running, the lease, the
+// BeginRun implements front.Backend: the move to running, the lease, the
 // attempt record and the event in one write (group-committed with the
 // writes of other tasks).
-func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task, error) {
-	const op = "sqlite: begin run"
-	if err := store.RunStart(op, &req); err != nil {
-		return nil, err
-	}
+func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
 	var (
 		out      *ledger.Task
 		conflict error
@@ -64,20 +60,15 @@ func (s *Store) BeginRun(ctx context.Context, req ledger.RunStart) (*ledger.Task
 	return out, conflict
 }
 
-// EndRun implements ledger.Ledger: the attempt's outcome and the
+// EndRun implements front.Backend: the attempt's outcome and the
 // transition in one write.
-func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, error) {
-	const op = "sqlite: end run"
-	from, err := store.RunEnd(op, &req)
-	if err != nil {
-		return nil, err
-	}
+func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
 	var (
 		out      *ledger.Task
 		conflict error
 	)
-	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		out, conflict = nil, nil
 		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
@@ -108,15 +99,8 @@ func (s *Store) EndRun(ctx context.Context, req ledger.RunEnd) (*ledger.Task, er
 	return out, conflict
 }
 
-// RenewLeases implements ledger.Ledger.
-func (s *Store) RenewLeases(ctx context.Context, leases []ledger.Lease, d time.Duration) ([]string, error) {
-	const op = "sqlite: renew leases"
-	if err := store.Leases(op, leases, d); err != nil {
-		return nil, err
-	}
-	if len(leases) == 0 {
-		return nil, nil
-	}
+// RenewLeases implements front.Backend.
+func (s backend) RenewLeases(ctx context.Context, op string, leases []ledger.Lease, d time.Duration) ([]string, error) {
 	var lost []string
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		lost = lost[:0]

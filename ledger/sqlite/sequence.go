@@ -10,32 +10,15 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// Sequencer returns the ledger's ordering Sequencer: tasks that share an
-// ordering key start in the order it numbered them, one at a time, across
-// every process using this database, and a key held by a process that
-// died is free again when the holder's lease ends. broker.Broker finds it
-// through broker.SequencerSource when the store is its Dedup store, and
-// switchyard.NewClient and NewServer hand it to their broker.
-func (s *Store) Sequencer() broker.Sequencer { return sqliteSeq{s} }
+var _ broker.SequencerSource = (*Store)(nil)
 
-var (
-	_ broker.SequencerSource   = (*Store)(nil)
-	_ broker.SequencerPosition = sqliteSeq{}
-)
-
-type sqliteSeq struct{ s *Store }
-
-// Assign implements broker.Sequencer.
-func (q sqliteSeq) Assign(ctx context.Context, lane, key string) (int64, error) {
-	const op = "sqlite: sequence assign"
-	if err := store.SeqArgs(op, lane, key, 0, false); err != nil {
-		return 0, err
-	}
+// SeqAssign implements front.Backend.
+func (q backend) SeqAssign(ctx context.Context, op, lane, key string) (int64, error) {
 	var n int64
-	err := q.s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		now := q.s.opts.Now()
+	err := q.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		now := q.opts.Now()
 		base := store.SeqBase(now)
-		return q.s.txQueryRow(ctx, tx, `INSERT INTO ledger_order_keys (lane, okey, assigned, next_start, progress) VALUES (?, ?, ?, ?, ?)
+		return q.txQueryRow(ctx, tx, `INSERT INTO ledger_order_keys (lane, okey, assigned, next_start, progress) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT (lane, okey) DO UPDATE SET assigned = ledger_order_keys.assigned + 1,
 				progress = CASE WHEN ledger_order_keys.next_start > ledger_order_keys.assigned THEN excluded.progress ELSE ledger_order_keys.progress END
 			RETURNING assigned`, lane, key, base, base, now.UnixNano()).Scan(&n)
@@ -91,36 +74,22 @@ func (t seqTx) TakeDone(ctx context.Context, seq int64) (bool, error) {
 	return n > 0, err
 }
 
-// Acquire implements broker.Sequencer.
-func (q sqliteSeq) Acquire(ctx context.Context, lane, key string, seq int64, until time.Time) (broker.Grant, error) {
-	g, _, err := q.AcquirePosition(ctx, lane, key, seq, until)
-	return g, err
-}
-
-// AcquirePosition implements broker.SequencerPosition.
-func (q sqliteSeq) AcquirePosition(ctx context.Context, lane, key string, seq int64, until time.Time) (broker.Grant, int64, error) {
-	const op = "sqlite: sequence acquire"
-	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
-		return 0, 0, err
-	}
+// SeqAcquire implements front.Backend.
+func (q backend) SeqAcquire(ctx context.Context, op, lane, key string, seq int64, until time.Time) (broker.Grant, int64, error) {
 	var (
 		g     broker.Grant
 		ahead int64
 	)
-	err := q.s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) (err error) {
-		g, ahead, err = store.SeqAcquireTx(ctx, seqTx{q.s, tx, lane, key}, seq, until, q.s.opts.Now(), q.s.opts.OrderingStall)
+	err := q.write(ctx, op, func(ctx context.Context, tx *sql.Tx) (err error) {
+		g, ahead, err = store.SeqAcquireTx(ctx, seqTx{q.Store, tx, lane, key}, seq, until, q.opts.Now(), q.opts.OrderingStall)
 		return err
 	})
 	return g, ahead, err
 }
 
-// Release implements broker.Sequencer.
-func (q sqliteSeq) Release(ctx context.Context, lane, key string, seq int64, done bool) error {
-	const op = "sqlite: sequence release"
-	if err := store.SeqArgs(op, lane, key, seq, true); err != nil {
-		return err
-	}
-	return q.s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		return store.SeqReleaseTx(ctx, seqTx{q.s, tx, lane, key}, seq, done, q.s.opts.Now())
+// SeqRelease implements front.Backend.
+func (q backend) SeqRelease(ctx context.Context, op, lane, key string, seq int64, done bool) error {
+	return q.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		return store.SeqReleaseTx(ctx, seqTx{q.Store, tx, lane, key}, seq, done, q.opts.Now())
 	})
 }

@@ -11,13 +11,8 @@ import (
 
 var _ ledger.Servers = (*Store)(nil)
 
-// RegisterServer implements ledger.Servers.
-func (s *Store) RegisterServer(ctx context.Context, sv ledger.Server) error {
-	const op = "sqlite: register server"
-	lanes, err := store.Server(op, &sv)
-	if err != nil {
-		return err
-	}
+// RegisterServer implements front.Backend.
+func (s backend) RegisterServer(ctx context.Context, op string, sv ledger.Server, lanes string) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `INSERT INTO ledger_servers
 			(id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns)
@@ -31,21 +26,16 @@ func (s *Store) RegisterServer(ctx context.Context, sv ledger.Server) error {
 	})
 }
 
-// RemoveServer implements ledger.Servers.
-func (s *Store) RemoveServer(ctx context.Context, id string) error {
-	const op = "sqlite: remove server"
-	if err := store.Key(op, "server id", id); err != nil {
-		return err
-	}
+// RemoveServer implements front.Backend.
+func (s backend) RemoveServer(ctx context.Context, op, id string) error {
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := s.txExec(ctx, tx, `DELETE FROM ledger_servers WHERE id = ?`, id)
 		return err
 	})
 }
 
-// PruneServers implements ledger.Servers.
-func (s *Store) PruneServers(ctx context.Context, before time.Time) (int, error) {
-	const op = "sqlite: prune servers"
+// PruneServers implements front.Backend.
+func (s backend) PruneServers(ctx context.Context, op string, before time.Time) (int, error) {
 	var n int64
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := s.txExec(ctx, tx, `DELETE FROM ledger_servers WHERE heartbeat < ?`, before.UnixNano())
@@ -58,12 +48,8 @@ func (s *Store) PruneServers(ctx context.Context, before time.Time) (int, error)
 	return int(n), err
 }
 
-// ListServers implements ledger.Servers, by ID.
-func (s *Store) ListServers(ctx context.Context) ([]ledger.Server, error) {
-	const op = "sqlite: list servers"
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// ListServers implements front.Backend, by ID.
+func (s backend) ListServers(ctx context.Context, op string) ([]ledger.Server, error) {
 	rows, err := s.rQuery(ctx, `SELECT id, host, pid, lanes, slots, busy, version, started, heartbeat, interval_ns
 		FROM ledger_servers ORDER BY id`)
 	if err != nil {

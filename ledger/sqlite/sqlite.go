@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/fileperm"
 	"github.com/switchyard-dev/switchyard/internal/sqliteopen"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/internal/front"
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
@@ -96,20 +97,8 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.Readers < 0 {
 		return c, store.Invalid("sqlite: open", "readers %d is negative", c.Readers)
 	}
-	if c.DedupWindow == 0 {
-		c.DedupWindow = store.DefaultDedupWindow
-	}
-	if c.DedupWindow < 0 {
-		return c, store.Invalid("sqlite: open", "dedup window %v is negative", c.DedupWindow)
-	}
-	if c.OrderingStall == 0 {
-		c.OrderingStall = store.SeqStall
-	}
-	if c.OrderingStall < 0 {
-		return c, store.Invalid("sqlite: open", "ordering stall %v is negative", c.OrderingStall)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if err := store.Defaults("sqlite: open", &c.DedupWindow, &c.OrderingStall, &c.Now); err != nil {
+		return c, err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -123,15 +112,35 @@ func (o *Options) withDefaults() (Options, error) {
 	return c, nil
 }
 
-// Store is the SQLite ledger. It implements ledger.Ledger.
+// Store is the SQLite ledger. Its methods are those of the interfaces it
+// implements, documented there, and are shared with the PostgreSQL store
+// through one validating layer (arguments and a closed store are refused
+// there, with the same errors on both, before any SQL runs):
+//
+//   - ledger.Ledger: Create, CreateMany, Get, GetByKey, Transition, List,
+//     BeginRun, EndRun, RenewLeases, StartAttempt, FinishAttempt,
+//     Attempts, Events, AppendEvent, GetStep, PutStep, BeginEffect,
+//     SetEffect, Effects, Prune, Close;
+//   - broker.DedupStore: Claim, Release; broker.SequencerSource:
+//     Sequencer;
+//   - ledger.LaneControls: SetLanePaused, LaneEvents, PausedLanes;
+//   - ledger.Servers: RegisterServer, RemoveServer, PruneServers,
+//     ListServers; ledger.History: RecordHistory, ListHistory,
+//     PruneHistory; ledger.Notes: Notify, Listen;
+//   - ledger.StreamStore: AppendStream, ReadStream, LatestProgress,
+//     PruneStreams, PutWait, GetWait, SignalWait, ExpireWait, FindWait;
+//   - ledger.Outbox: CreateTx, CreateOutbox, ClaimOutbox, DoneOutbox,
+//     ReleaseOutbox, OutboxStats;
+//   - SchemaVersion, the schema version the database is at.
 type Store struct {
+	// ledgerFront holds the public methods: it validates their arguments
+	// and calls backend, this store's SQL.
+	ledgerFront
 	path   string
 	opts   Options
 	w      *sql.DB // one connection: every write transaction
 	r      *sql.DB // read-only pool (the same as w in memory)
 	closed atomic.Bool
-	// claims: the keys of tasks this store just created, for Claim.
-	claims store.Claims
 
 	reqs    chan *writeReq // to the writer goroutine
 	stop    chan struct{}  // closed by Close
@@ -147,7 +156,18 @@ type Store struct {
 	ident   identity   // the database's marker (outbox.go)
 }
 
-var _ ledger.Ledger = (*Store)(nil)
+// ledgerFront is the embedded front: an alias, so that the field is
+// unexported and only the methods are promoted.
+type ledgerFront = front.Front
+
+// backend is the Store's SQL, called by its front with validated
+// arguments (front.Backend). Its methods are not the Store's.
+type backend struct{ *Store }
+
+var (
+	_ ledger.Ledger = (*Store)(nil)
+	_ front.Backend = backend{}
+)
 
 // openURL is the registered opener; see the package documentation for the
 // DSN forms.
@@ -210,6 +230,7 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		return nil, store.Invalid(op, "database path %q contains ?, # or NUL", path)
 	}
 	s := &Store{path: path, opts: o, rs: readStmts{m: map[string]*sql.Stmt{}}}
+	front.Init(&s.ledgerFront, "sqlite", backend{s}, &s.closed, o.Now)
 	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)", o.BusyTimeout.Milliseconds())
 	if path == Memory {
 		w, err := sql.Open("sqlite", "file::memory:?"+params+"&_txlock=immediate")
@@ -350,19 +371,11 @@ func (s *Store) pendingMigrations(ctx context.Context, tx *sql.Tx, ms []store.Mi
 	return store.Pending(ms, applied)
 }
 
-// SchemaVersion returns the schema version the database is at.
-func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+// SchemaVersion implements front.Backend.
+func (s backend) SchemaVersion(ctx context.Context, op string) (int, error) {
 	var v int
 	err := s.r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM ledger_schema_version`).Scan(&v)
-	return v, s.classify("sqlite: schema version", err)
-}
-
-// read checks the store is open before a read.
-func (s *Store) read(op string) error {
-	if s.closed.Load() {
-		return store.Closed(op)
-	}
-	return nil
+	return v, s.classify(op, err)
 }
 
 // Close closes the database. Calls after Close return broker.ErrClosed.

@@ -13,14 +13,10 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
-// AppendStream implements ledger.StreamStore: the entries take the next
+// AppendStream implements front.Backend: the entries take the next
 // numbers of the task's event counter in one write, with a
 // ledger.TopicStream note (a row of ledger_notes) in the same transaction.
-func (s *Store) AppendStream(ctx context.Context, taskID string, attempt int, es []ledger.StreamEntry) (int64, error) {
-	const op = "sqlite: append stream"
-	if err := store.StreamEntries(op, taskID, attempt, es); err != nil {
-		return 0, err
-	}
+func (s backend) AppendStream(ctx context.Context, op, taskID string, attempt int, es []ledger.StreamEntry) (int64, error) {
 	now := s.opts.Now().UnixNano()
 	var last int64
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
@@ -56,19 +52,8 @@ func (s *Store) AppendStream(ctx context.Context, taskID string, attempt int, es
 	return last, nil
 }
 
-// ReadStream implements ledger.StreamStore.
-func (s *Store) ReadStream(ctx context.Context, taskID string, after int64, limit int) ([]ledger.StreamEntry, error) {
-	const op = "sqlite: read stream"
-	if err := store.ID(op, taskID); err != nil {
-		return nil, err
-	}
-	limit, err := store.StreamLimit(op, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// ReadStream implements front.Backend.
+func (s backend) ReadStream(ctx context.Context, op, taskID string, after int64, limit int) ([]ledger.StreamEntry, error) {
 	rows, err := s.rQuery(ctx, `SELECT seq, at, 'state', 0, from_state, to_state, reason, 0.0, '', NULL
 			FROM (`+enqueuedEventSQL+`) WHERE seq > ?
 		UNION ALL
@@ -99,19 +84,8 @@ func (s *Store) ReadStream(ctx context.Context, taskID string, after int64, limi
 	return out, s.classify(op, rows.Err())
 }
 
-// LatestProgress implements ledger.StreamStore.
-func (s *Store) LatestProgress(ctx context.Context, ids []string) (map[string]ledger.StreamEntry, error) {
-	const op = "sqlite: latest progress"
-	if err := store.ProgressIDs(op, ids); err != nil {
-		return nil, err
-	}
-	out := map[string]ledger.StreamEntry{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// LatestProgress implements front.Backend.
+func (s backend) LatestProgress(ctx context.Context, op string, ids []string, out map[string]ledger.StreamEntry) error {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
@@ -120,24 +94,23 @@ func (s *Store) LatestProgress(ctx context.Context, ids []string) (map[string]le
 		WHERE kind = 'progress' AND task_id IN (?`+strings.Repeat(", ?", len(ids)-1)+`)
 		AND seq = (SELECT MAX(seq) FROM ledger_stream WHERE task_id = p.task_id AND kind = 'progress')`, args...)
 	if err != nil {
-		return nil, s.classify(op, err)
+		return s.classify(op, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		e := ledger.StreamEntry{Kind: ledger.StreamProgress}
 		var at int64
 		if err := rows.Scan(&e.TaskID, &e.Offset, &at, &e.Attempt, &e.Fraction, &e.Message); err != nil {
-			return nil, s.classify(op, err)
+			return s.classify(op, err)
 		}
 		e.At = time.Unix(0, at)
 		out[e.TaskID] = e
 	}
-	return out, s.classify(op, rows.Err())
+	return s.classify(op, rows.Err())
 }
 
-// PruneStreams implements ledger.StreamStore, in batches like Prune.
-func (s *Store) PruneStreams(ctx context.Context, before time.Time) (int, error) {
-	const op = "sqlite: prune streams"
+// PruneStreams implements front.Backend, in batches like Prune.
+func (s backend) PruneStreams(ctx context.Context, op string, before time.Time) (int, error) {
 	terms := store.TerminalStates()
 	args := []any{before.UnixNano()}
 	for _, st := range terms {
@@ -178,12 +151,8 @@ func scanWait(r interface{ Scan(...any) error }) (ledger.Wait, error) {
 	return w, err
 }
 
-// PutWait implements ledger.StreamStore.
-func (s *Store) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, error) {
-	const op = "sqlite: put wait"
-	if err := store.Wait(op, &w); err != nil {
-		return ledger.Wait{}, false, err
-	}
+// PutWait implements front.Backend.
+func (s backend) PutWait(ctx context.Context, op string, w ledger.Wait) (ledger.Wait, bool, error) {
 	now := s.opts.Now().UnixNano()
 	var out ledger.Wait
 	created := false
@@ -226,18 +195,8 @@ func (s *Store) PutWait(ctx context.Context, w ledger.Wait) (ledger.Wait, bool, 
 	return out, created, nil
 }
 
-// GetWait implements ledger.StreamStore.
-func (s *Store) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	const op = "sqlite: get wait"
-	if err := store.ID(op, taskID); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := store.Key(op, "wait name", name); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := s.read(op); err != nil {
-		return ledger.Wait{}, err
-	}
+// GetWait implements front.Backend.
+func (s backend) GetWait(ctx context.Context, op, taskID, name string) (ledger.Wait, error) {
 	w, err := scanWait(s.rQueryRow(ctx, `SELECT `+waitCols+` FROM ledger_waits WHERE task_id = ? AND name = ?`, taskID, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return ledger.Wait{}, store.NotFound(op, "wait %q of task %s", name, taskID)
@@ -245,37 +204,8 @@ func (s *Store) GetWait(ctx context.Context, taskID, name string) (ledger.Wait, 
 	return w, s.classify(op, err)
 }
 
-// SignalWait implements ledger.StreamStore.
-func (s *Store) SignalWait(ctx context.Context, t ledger.WaitTarget, payload []byte) (ledger.Wait, error) {
-	const op = "sqlite: signal wait"
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	if payload == nil {
-		payload = []byte{}
-	}
-	return s.moveWait(ctx, op, t, ledger.WaitSignalled, payload)
-}
-
-// ExpireWait implements ledger.StreamStore.
-func (s *Store) ExpireWait(ctx context.Context, taskID, name string) (ledger.Wait, error) {
-	const op = "sqlite: expire wait"
-	t := ledger.WaitTarget{TaskID: taskID, Name: name}
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	return s.moveWait(ctx, op, t, ledger.WaitTimedOut, nil)
-}
-
-// FindWait implements ledger.StreamStore.
-func (s *Store) FindWait(ctx context.Context, t ledger.WaitTarget) (ledger.Wait, error) {
-	const op = "sqlite: find wait"
-	if err := store.WaitTarget(op, t); err != nil {
-		return ledger.Wait{}, err
-	}
-	if err := s.read(op); err != nil {
-		return ledger.Wait{}, err
-	}
+// FindWait implements front.Backend.
+func (s backend) FindWait(ctx context.Context, op string, t ledger.WaitTarget) (ledger.Wait, error) {
 	where, args := waitWhere(t)
 	w, err := scanWait(s.rQueryRow(ctx, `SELECT `+waitCols+` FROM ledger_waits WHERE `+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -296,8 +226,9 @@ func waitWhere(t ledger.WaitTarget) (string, []any) {
 	return `token_hash = ?`, []any{t.TokenHash}
 }
 
-// moveWait moves the selected wait from pending to `to`.
-func (s *Store) moveWait(ctx context.Context, op string, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
+// MoveWait implements front.Backend: it moves the selected wait from
+// pending to `to`.
+func (s backend) MoveWait(ctx context.Context, op string, t ledger.WaitTarget, to ledger.WaitState, payload []byte) (ledger.Wait, error) {
 	where, args := waitWhere(t)
 	now := s.opts.Now().UnixNano()
 	var pl any

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,14 +69,9 @@ func metaJSON(m map[string]string) (any, error) {
 	return string(b), nil
 }
 
-// Create implements ledger.Ledger.
-func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool, error) {
-	const op = "sqlite: create"
-	now := s.opts.Now()
-	t, err := store.CreateTask(op, in, now)
-	if err != nil {
-		return nil, false, err
-	}
+// Create implements front.Backend.
+func (s backend) Create(ctx context.Context, op string, t *ledger.Task) (*ledger.Task, bool, error) {
+	now := t.CreatedAt
 	meta, err := metaJSON(t.Metadata)
 	if err != nil {
 		return nil, false, store.Invalid(op, "metadata: %v", err)
@@ -119,19 +115,11 @@ func (s *Store) Create(ctx context.Context, in *ledger.Task) (*ledger.Task, bool
 	if existing != nil {
 		return existing, false, nil
 	}
-	s.claims.Add(t.ID, t.Tenant, t.IdempotencyKey)
 	return t, true, nil
 }
 
-// Get implements ledger.Ledger.
-func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
-	const op = "sqlite: get"
-	if err := store.ID(op, id); err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// Get implements front.Backend.
+func (s backend) Get(ctx context.Context, op, id string) (*ledger.Task, error) {
 	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.NotFound(op, "task %s", id)
@@ -139,15 +127,8 @@ func (s *Store) Get(ctx context.Context, id string) (*ledger.Task, error) {
 	return t, s.classify(op, err)
 }
 
-// GetByKey implements ledger.Ledger.
-func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task, error) {
-	const op = "sqlite: get by key"
-	if err := store.Key(op, "idempotency key", key); err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// GetByKey implements front.Backend.
+func (s backend) GetByKey(ctx context.Context, op, tenant, key string) (*ledger.Task, error) {
 	t, err := scanTask(s.rQueryRow(ctx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, tenant, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, store.NotFound(op, "idempotency key %q of tenant %q", key, tenant)
@@ -155,15 +136,10 @@ func (s *Store) GetByKey(ctx context.Context, tenant, key string) (*ledger.Task,
 	return t, s.classify(op, err)
 }
 
-// Transition implements ledger.Ledger.
-func (s *Store) Transition(ctx context.Context, req ledger.TransitionRequest) (*ledger.Task, error) {
-	const op = "sqlite: transition"
-	from, err := store.Transition(op, &req)
-	if err != nil {
-		return nil, err
-	}
+// Transition implements front.Backend.
+func (s backend) Transition(ctx context.Context, op string, req ledger.TransitionRequest, from []ledger.State) (*ledger.Task, error) {
 	var out *ledger.Task
-	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		out, err = s.transitionTx(ctx, tx, op, &req, from)
 		return err
@@ -186,7 +162,7 @@ func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *le
 	if err != nil {
 		return nil, err
 	}
-	if !hasState(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
+	if !slices.Contains(from, ledger.State(cur)) || !store.AttemptGuard(req, attempt) {
 		return nil, store.Conflict(op, req.ID, ledger.State(cur), req.To)
 	}
 	now := s.opts.Now().UnixNano()
@@ -229,25 +205,8 @@ func (s *Store) transitionTx(ctx context.Context, tx *sql.Tx, op string, req *le
 	return out, nil
 }
 
-func hasState(ss []ledger.State, s ledger.State) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// List implements ledger.Ledger.
-func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, error) {
-	const op = "sqlite: list"
-	f, err := store.Filter(op, f)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.read(op); err != nil {
-		return nil, err
-	}
+// List implements front.Backend.
+func (s backend) List(ctx context.Context, op string, f ledger.Filter) ([]*ledger.Task, error) {
 	var (
 		where []string
 		args  []any
@@ -312,10 +271,8 @@ func (s *Store) List(ctx context.Context, f ledger.Filter) ([]*ledger.Task, erro
 // path from 2,406 to 171 tasks/s).
 const pruneBatch = 200
 
-// Prune implements ledger.Ledger. It also forgets dedup claims older than
-// the dedup window.
-func (s *Store) Prune(ctx context.Context, before time.Time) (int, error) {
-	const op = "sqlite: prune"
+// Prune implements front.Backend.
+func (s backend) Prune(ctx context.Context, op string, before time.Time) (int, error) {
 	terms := store.TerminalStates()
 	args := []any{}
 	for _, st := range terms {

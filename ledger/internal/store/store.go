@@ -21,6 +21,28 @@ import (
 // DefaultDedupWindow is the dedup claim window when the DSN gives none.
 const DefaultDedupWindow = 24 * time.Hour
 
+// Defaults applies the option defaults the stores share — the dedup
+// window (DefaultDedupWindow), the ordering stall (SeqStall) and the
+// clock (time.Now) — and refuses negative durations.
+func Defaults(op string, dedupWindow, orderingStall *time.Duration, now *func() time.Time) error {
+	if *dedupWindow == 0 {
+		*dedupWindow = DefaultDedupWindow
+	}
+	if *dedupWindow < 0 {
+		return Invalid(op, "dedup window %v is negative", *dedupWindow)
+	}
+	if *orderingStall == 0 {
+		*orderingStall = SeqStall
+	}
+	if *orderingStall < 0 {
+		return Invalid(op, "ordering stall %v is negative", *orderingStall)
+	}
+	if *now == nil {
+		*now = time.Now
+	}
+	return nil
+}
+
 // NotFound returns a permanent error matching ledger.ErrNotFound.
 func NotFound(op, format string, args ...any) error {
 	return &broker.Error{Op: op, Class: broker.Permanent, Kind: ledger.ErrNotFound,
