@@ -28,9 +28,9 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/spend"
 	_ "github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/scheduler"
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // Task kinds the test server runs.
