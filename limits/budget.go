@@ -94,6 +94,8 @@ type Run struct {
 	budget  Budget
 	started time.Time
 	windows spendWindows
+	// cacheKey is the job's cache key (StartJob), for the spend report.
+	cacheKey string
 }
 
 // Start opens the account of task (its ID, tenant and kind) under budget,
@@ -120,7 +122,11 @@ func (m *Meter) StartJob(ctx context.Context, job *scheduler.Job, budget Budget)
 	if job == nil {
 		return nil, invalidf("limits: StartJob needs a job")
 	}
-	return m.Start(ctx, job.ID, job.Tenant, job.Kind, budget)
+	r, err := m.Start(ctx, job.ID, job.Tenant, job.Kind, budget)
+	if r != nil {
+		r.cacheKey = job.Headers["meta-"+scheduler.MetaCacheKey]
+	}
+	return r, err
 }
 
 // FirstStart is when the task's first attempt started.

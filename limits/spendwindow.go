@@ -22,6 +22,9 @@ type SpendReservation struct {
 	// TaskID, Tenant, Kind, Provider and Model say whose call it is and
 	// what it calls, for the spend report.
 	TaskID, Tenant, Kind, Provider, Model string
+	// CacheKey is the task's cache key (switchyard.EnqueueOpts.CacheKey),
+	// so that the spend report gives the cached-token share per key.
+	CacheKey string
 	// Estimate is the call's worst-case cost.
 	Estimate spend.Micros
 	// Windows are the windows to check (those that apply to Tenant).
@@ -91,7 +94,7 @@ func (r *Run) reserve(ctx context.Context, c Call) (string, error) {
 	}
 	id := newReservationID()
 	err = r.m.cfg.Spend.ReserveSpend(ctx, SpendReservation{ID: id, TaskID: r.task, Tenant: r.key.Tenant, Kind: r.key.Kind,
-		Provider: c.Key.Provider, Model: c.Key.Model, Estimate: est, Windows: ws, Now: r.m.cfg.Now()})
+		Provider: c.Key.Provider, Model: c.Key.Model, CacheKey: r.cacheKey, Estimate: est, Windows: ws, Now: r.m.cfg.Now()})
 	var ce *spend.CapError
 	if errors.As(err, &ce) {
 		return "", r.stopSpend(ctx, ce)

@@ -31,7 +31,7 @@ func testSpendWindows(t *testing.T, st *sqlstore.Store) {
 	w := spend.Window{Tenant: tenant, Period: 24 * time.Hour, Cap: 1_000}
 	res := func(id string, est spend.Micros, at time.Time) error {
 		return st.ReserveSpend(ctx, limits.SpendReservation{ID: id, TaskID: "task-" + id, Tenant: tenant, Kind: "k",
-			Provider: "openai", Model: "m1", Estimate: est, Windows: []spend.Window{w}, Now: at})
+			Provider: "openai", Model: "m1", CacheKey: "policy-v1", Estimate: est, Windows: []spend.Window{w}, Now: at})
 	}
 	for i, id := range []string{"a", "b"} {
 		if err := res(tenant+id, 400, day.Add(time.Duration(i)*time.Hour)); err != nil {
@@ -80,6 +80,10 @@ func testSpendWindows(t *testing.T, st *sqlstore.Store) {
 	if len(got) != 3 || got[key{0, "settled"}].Cost != 250 || got[key{0, "settled"}].Usage.CachedInput != 20 ||
 		got[key{0, "reserved"}].Cost != 700 || got[key{2, "reserved"}].Cost != 400 {
 		t.Fatalf("series = %+v", rows)
+	}
+	byKey, err := st.SpendSeries(ctx, spend.SeriesQuery{Since: day, Until: day.Add(12 * time.Hour), Step: 12 * time.Hour, Tenant: tenant, By: []string{"cache_key"}})
+	if err != nil || len(byKey) != 1 || byKey[0].Group["cache_key"] != "policy-v1" || byKey[0].Usage.CachedInput != 20 || byKey[0].Calls != 2 {
+		t.Fatalf("by cache key: %+v %v", byKey, err)
 	}
 	for _, q := range []spend.SeriesQuery{
 		{Since: day, Until: day, Step: time.Hour},

@@ -495,7 +495,7 @@ func (s *Store) ReserveSpend(ctx context.Context, r limits.SpendReservation) err
 			return err
 		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO switchyard_spend (task_id, tenant, kind, run_id, provider, model, cache_key, mode, state, micros, at)
-			VALUES (?, ?, ?, ?, ?, ?, '', ?, 'reserved', ?, ?)`), r.ID, r.Tenant, r.Kind, r.TaskID, r.Provider, r.Model, string(spend.Direct), int64(r.Estimate), ns(r.Now))
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?)`), r.ID, r.Tenant, r.Kind, r.TaskID, r.Provider, r.Model, r.CacheKey, string(spend.Direct), int64(r.Estimate), ns(r.Now))
 		return err
 	})
 }
