@@ -103,7 +103,7 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExceeded
 //   - *BudgetError, ErrTooLarge → scheduler.Permanent: the task is
 //     dead-lettered at once (reason permanent_error; see doc.go).
 //   - *SpendCapError → scheduler.Snooze until the tenant's window resets
-//     (plus jitter) when the window's Action is spend.Snooze; otherwise
+//     (plus up to a minute of jitter) when the window's Action is spend.Snooze; otherwise
 //     scheduler.Budget: dead-lettered with reason budget_exceeded and the
 //     window's text.
 //
@@ -120,7 +120,10 @@ func Result(err error) error {
 	)
 	switch {
 	case errors.As(err, &se) && se.Window.Action == spend.Snooze:
-		return scheduler.Snooze(Jitter(se.RetryIn))
+		// Until the window resets, plus at most a minute: 20% of a
+		// day's wait would be hours.
+		d := max(se.RetryIn, MinSnooze)
+		return scheduler.Snooze(d + rand.N(min(d/5, time.Minute)+1))
 	case errors.Is(err, ErrBudgetExceeded):
 		if scheduler.IsPermanent(err) {
 			return err

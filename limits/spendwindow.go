@@ -181,6 +181,10 @@ func (r *Run) stopSpend(ctx context.Context, ce *spend.CapError) error {
 	return e
 }
 
+// A reservation that is never settled (the process died between Begin and
+// End) keeps counting against its window until the window ends: the cap
+// errs on the side of spending less.
+
 // EndSpend is End for a model call whose usage the provider reported in
 // detail: it records the tokens and cost like End (the spend in currency
 // units is cost) and settles the call's reservation on its tenant's spend

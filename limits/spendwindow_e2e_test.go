@@ -13,6 +13,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/limits"
 	"github.com/switchyard-dev/switchyard/providerbatch"
 	"github.com/switchyard-dev/switchyard/providerbatch/fakeprovider"
@@ -149,5 +150,71 @@ func TestSpendWindow_EndToEnd(t *testing.T) {
 	want := price.Cost(spend.Usage{Input: billed.Input, CachedInput: billed.CachedInput, Output: billed.Output}, spend.Direct)
 	if calls != 10 || total != want {
 		t.Fatalf("recorded %d calls costing %s; the provider billed %+v = %s", calls, total, billed, want)
+	}
+}
+
+// A window with Action spend.Snooze, on a real Server: the call over the
+// cap snoozes its task until the window resets (no attempt spent, not
+// dead-lettered), and the task's event log says why.
+func TestSpendWindow_SnoozeOnServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := newRig(t)
+	st := limits.NewMemoryStore(nil)
+	meter, err := limits.NewMeter(limits.MeterConfig{Store: st, Spend: st, Ledger: r.L,
+		Windows: []spend.Window{{Period: 24 * time.Hour, Cap: 1_000, Action: spend.Snooze}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switchyard.Register(r.srv, func(ctx context.Context, task *switchyard.Task[callArgs]) error {
+		run, err := meter.StartJob(ctx, task.Job, limits.Budget{})
+		if err != nil {
+			return limits.Result(err)
+		}
+		c := limits.Call{Kind: limits.ModelCall, Key: limits.Key{Provider: "p", Model: "m"}, Spend: 0.0006}
+		if err := run.Begin(ctx, c); err != nil {
+			return limits.Result(err)
+		}
+		return limits.Result(run.EndSpend(ctx, c, spend.Usage{Input: 10}, 600))
+	}, nil)
+	r.start()
+	ids := r.enqueue(2, 1)
+	if e := r.wait(1)[0]; e.Type != scheduler.EventSucceeded {
+		t.Fatalf("first task ended %s, want succeeded", e.Type)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for r.count(scheduler.EventSnoozed) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the task over the cap was never snoozed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var snoozed string
+	for _, id := range ids {
+		evs, err := r.L.Events(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Reason == limits.EventSpendCap {
+				snoozed = id
+				if !strings.Contains(ev.Detail, "snoozed until the window resets") {
+					t.Errorf("spend_cap event %q", ev.Detail)
+				}
+			}
+		}
+	}
+	if snoozed == "" {
+		t.Fatal("no spend_cap event on either task")
+	}
+	tk, err := r.L.Get(ctx, snoozed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.State == ledger.Dead || tk.State == ledger.Failed {
+		t.Fatalf("the snoozed task is %s", tk.State)
+	}
+	if r.count(scheduler.EventDead) != 0 {
+		t.Fatal("a task was dead-lettered")
 	}
 }
