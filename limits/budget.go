@@ -272,8 +272,7 @@ func (r *Run) end(ctx context.Context, c Call, tokens int64, amount float64, det
 			return err
 		}
 	}
-	spend := amount
-	used := Usage{Tokens: tokens, Spend: spend}
+	used := Usage{Tokens: tokens, Spend: amount}
 	totals, _, err := r.m.cfg.Store.Charge(ctx, r.task, used, Usage{}, Usage{})
 	if err != nil {
 		return err
@@ -290,7 +289,7 @@ func (r *Run) end(ctx context.Context, c Call, tokens int64, amount float64, det
 	}
 	if L := r.m.cfg.Ledger; L != nil {
 		detail, _ := json.Marshal(ledgerUsage{Provider: rec.Key.Provider, Model: rec.Key.Model, Tool: rec.Key.Tool,
-			ModelCalls: rec.Usage.ModelCalls, ToolCalls: rec.Usage.ToolCalls, Tokens: tokens, Spend: spend})
+			ModelCalls: rec.Usage.ModelCalls, ToolCalls: rec.Usage.ToolCalls, Tokens: tokens, Spend: amount})
 		if err := L.AppendEvent(ctx, ledger.Event{TaskID: r.task, At: rec.At, Reason: EventUsage, Detail: string(detail), Actor: "limits"}); err != nil {
 			return err
 		}
