@@ -112,15 +112,16 @@
 // plus the estimate would exceed a cap; End (or EndSpend, with the
 // provider's input / cached / output breakdown) settles the reservation
 // to the actual cost. With estimates that are upper bounds, a tenant's
-// settled spend never exceeds its cap and work stops within one call's
-// estimate of it. Result dead-letters a refused task with reason
+// settled spend never exceeds its cap; with exact ones, work stops within
+// one call's estimate of it (an over-estimate leaves the difference of
+// every call in flight at the refusal unspent). Result dead-letters a refused task with reason
 // budget_exceeded and the window's text, or, for a window with Action
 // spend.Snooze, snoozes it until the window resets (no attempt spent); the
 // task's event log gets a "spend_cap" event with the same text either way.
 // The SpendStore is a MemoryStore in one process or
 // providerbatch/sqlstore.Store across processes: the ledger database's
 // switchyard_spend rows, shared with the provider-batch lane (one window
-// caps both) and reported by the admin API's /api/spend and `switchyard
+// caps both) and reported by the admin API's GET /api/v1/spend and `switchyard
 // spend`.
 //
 // # Fallback routing
