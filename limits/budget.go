@@ -51,6 +51,10 @@ type MeterConfig struct {
 	// processes (which also reports every model call's spend, windowed or
 	// not, to the admin API and `switchyard spend`). Defaults to nil.
 	Spend SpendStore
+	// SpendObserver, when set with Spend, is told of every settled call
+	// and every refusal (providerbatch.Metrics: Prometheus). Defaults to
+	// nil.
+	SpendObserver SpendObserver
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }

@@ -140,7 +140,26 @@ func (r *Run) settleWindow(ctx context.Context, c Call, u spend.Usage, cost spen
 		r.windows.open[c] = ids[1:]
 	}
 	r.windows.mu.Unlock()
-	return r.m.cfg.Spend.SettleSpend(context.WithoutCancel(ctx), id, u, cost)
+	if err := r.m.cfg.Spend.SettleSpend(context.WithoutCancel(ctx), id, u, cost); err != nil {
+		return err
+	}
+	if o := r.m.cfg.SpendObserver; o != nil {
+		o.SpendSettled(SpendReservation{ID: id, TaskID: r.task, Tenant: r.key.Tenant, Kind: r.key.Kind,
+			Provider: c.Key.Provider, Model: c.Key.Model, CacheKey: r.cacheKey}, u, cost)
+	}
+	return nil
+}
+
+// SpendObserver is told of every metered model call settled and every call
+// a spend window refused (MeterConfig.SpendObserver):
+// providerbatch.Metrics implements it, so that direct calls count in the
+// same Prometheus series as the batch lane's (mode "direct").
+type SpendObserver interface {
+	// SpendSettled reports a settled call: whose (r's task, tenant, kind,
+	// provider, model, cache key), its usage and its cost.
+	SpendSettled(r SpendReservation, u spend.Usage, cost spend.Micros)
+	// SpendRefused reports a call refused by one of tenant's windows.
+	SpendRefused(tenant string)
 }
 
 // SpendCapError is a call refused by a tenant's spend window: the
@@ -169,6 +188,9 @@ func (e *SpendCapError) Is(target error) bool {
 const EventSpendCap = "spend_cap"
 
 func (r *Run) stopSpend(ctx context.Context, ce *spend.CapError) error {
+	if o := r.m.cfg.SpendObserver; o != nil {
+		o.SpendRefused(ce.Tenant)
+	}
 	e := &SpendCapError{CapError: ce, RetryIn: max(0, ce.Until.Sub(r.m.cfg.Now()))}
 	if L := r.m.cfg.Ledger; L != nil {
 		action := "refused: the task is dead-lettered"

@@ -10,6 +10,7 @@ import (
 
 	oai "github.com/openai/openai-go/v3"
 	opto "github.com/openai/openai-go/v3/option"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/broker"
@@ -55,7 +56,13 @@ func TestSpendWindow_EndToEnd(t *testing.T) {
 		t.Fatalf("per-call price %d micros, want 410", perCall)
 	}
 	window := spend.Window{Tenant: "acme", Period: 24 * time.Hour, Cap: perCall*7 + perCall/2}
-	meter, err := limits.NewMeter(limits.MeterConfig{Store: limits.NewMemoryStore(nil), Ledger: r.L, Spend: st, Windows: []spend.Window{window}})
+	reg := prometheus.NewRegistry()
+	metrics, err := providerbatch.NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meter, err := limits.NewMeter(limits.MeterConfig{Store: limits.NewMemoryStore(nil), Ledger: r.L, Spend: st, Windows: []spend.Window{window},
+		SpendObserver: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +158,46 @@ func TestSpendWindow_EndToEnd(t *testing.T) {
 	if calls != 10 || total != want {
 		t.Fatalf("recorded %d calls costing %s; the provider billed %+v = %s", calls, total, billed, want)
 	}
+	// The same figures in Prometheus, as direct spend.
+	if v := counterOf(t, reg, "switchyard_spend_micros_total", "acme"); v != 2870 {
+		t.Errorf("switchyard_spend_micros_total{tenant=acme} = %v, want 2870", v)
+	}
+	if v := counterOf(t, reg, "switchyard_spend_refused_total", "acme"); v != 5 {
+		t.Errorf("switchyard_spend_refused_total{tenant=acme} = %v, want 5", v)
+	}
+}
+
+// counterOf sums the series of counter name whose tenant label is tenant
+// (failing when one has another mode than direct).
+func counterOf(t *testing.T, reg *prometheus.Registry, name, tenant string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, found := 0.0, false
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["tenant"] != tenant {
+				continue
+			}
+			if mode, ok := labels["mode"]; ok && mode != "direct" {
+				t.Errorf("%s%v: mode %s, want direct", name, labels, mode)
+			}
+			sum, found = sum+m.GetCounter().GetValue(), true
+		}
+	}
+	if !found {
+		t.Fatalf("no %s{tenant=%s}", name, tenant)
+	}
+	return sum
 }
 
 // A window with Action spend.Snooze, on a real Server: the call over the
