@@ -48,6 +48,7 @@ func (h *handler) routes(metrics http.Handler) error {
 	h.handle("GET "+v1+"servers", accessRead, h.servers)       // http_servers.go
 	h.handle("GET "+v1+"scaling", accessRead, h.scalingSignal) // scaling.go
 	h.handle("GET "+v1+"history", accessRead, h.history)       // http_history.go
+	h.handle("GET "+v1+"spend", accessRead, h.spendReport)     // spend.go
 	h.handle("POST "+v1+"lanes/{lane}/pause", accessAdmin, h.pauseResume(true))
 	h.handle("POST "+v1+"lanes/{lane}/resume", accessAdmin, h.pauseResume(false))
 	h.handle("GET "+v1+"lanes/{lane}/events", accessRead, h.laneEvents)

@@ -61,6 +61,7 @@ import (
 	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/scaling"
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // Config configures Ops.
@@ -102,6 +103,11 @@ type Config struct {
 	// has run out is not acted on. Defaults to 5 minutes (capped by the
 	// broker's longest lease).
 	ScanLease time.Duration
+	// Spend reports recorded model spend (Ops.Spend, GET /api/v1/spend,
+	// the dashboard's Spend view): providerbatch/sqlstore.Store on the
+	// ledger's database. Defaults to nil: the spend report is unavailable
+	// (ErrNoSpend).
+	Spend spend.Reporter
 }
 
 // ErrNoLedger is returned by operations that need a ledger when none is

@@ -8,6 +8,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/scheduler"
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // Budget is a run's hard limits, accounted across every attempt of the
@@ -39,6 +40,21 @@ type MeterConfig struct {
 	// event when a run is stopped, so the task's history shows what it
 	// consumed. Defaults to nil.
 	Ledger ledger.Ledger
+	// Windows cap each tenant's spend per period (for example $50 per
+	// tenant per UTC day): Run.Begin reserves a model call's estimated
+	// Spend on every window that applies to the run's tenant and refuses
+	// the call with a *SpendCapError when one would be crossed; End and
+	// EndSpend settle the reservation to the actual cost. Defaults to none.
+	Windows []spend.Window
+	// Spend keeps the windows' reservations. Required with Windows: a
+	// *MemoryStore in one process, providerbatch/sqlstore.Store across
+	// processes (which also reports every model call's spend, windowed or
+	// not, to the admin API and `switchyard spend`). Defaults to nil.
+	Spend SpendStore
+	// SpendObserver, when set with Spend, is told of every settled call
+	// and every refusal (providerbatch.Metrics: Prometheus). Defaults to
+	// nil.
+	SpendObserver SpendObserver
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -52,6 +68,17 @@ type Meter struct {
 func NewMeter(cfg MeterConfig) (*Meter, error) {
 	if cfg.Store == nil {
 		return nil, invalidf("limits: MeterConfig.Store is required")
+	}
+	for _, w := range cfg.Windows {
+		if err := w.Validate(); err != nil {
+			return nil, invalidf("limits: MeterConfig.Windows: %v", err)
+		}
+		if w.Action != spend.Refuse && w.Action != spend.Snooze {
+			return nil, invalidf("limits: MeterConfig.Windows: unknown action %d", w.Action)
+		}
+	}
+	if len(cfg.Windows) > 0 && cfg.Spend == nil {
+		return nil, invalidf("limits: MeterConfig.Windows needs MeterConfig.Spend to keep the reservations")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -70,6 +97,9 @@ type Run struct {
 	key     Key // tenant and kind of the task
 	budget  Budget
 	started time.Time
+	windows spendWindows
+	// cacheKey is the job's cache key (StartJob), for the spend report.
+	cacheKey string
 }
 
 // Start opens the account of task (its ID, tenant and kind) under budget,
@@ -83,7 +113,8 @@ func (m *Meter) Start(ctx context.Context, taskID, tenant, kind string, budget B
 	if err != nil {
 		return nil, err
 	}
-	r := &Run{m: m, task: taskID, key: Key{Tenant: tenant, Kind: kind}, budget: budget, started: first}
+	r := &Run{m: m, task: taskID, key: Key{Tenant: tenant, Kind: kind}, budget: budget, started: first,
+		windows: spendWindows{open: map[Call][]string{}}}
 	if err := r.CheckClock(ctx); err != nil {
 		return nil, err
 	}
@@ -95,7 +126,11 @@ func (m *Meter) StartJob(ctx context.Context, job *scheduler.Job, budget Budget)
 	if job == nil {
 		return nil, invalidf("limits: StartJob needs a job")
 	}
-	return m.Start(ctx, job.ID, job.Tenant, job.Kind, budget)
+	r, err := m.Start(ctx, job.ID, job.Tenant, job.Kind, budget)
+	if r != nil {
+		r.cacheKey = job.Headers["meta-"+scheduler.MetaCacheKey]
+	}
+	return r, err
 }
 
 // FirstStart is when the task's first attempt started.
@@ -178,11 +213,28 @@ func (r *Run) Check(ctx context.Context, c Call) error {
 // Begin counts the call against the run's call limits and checks its
 // estimates against the token and spend limits, atomically across every
 // process sharing the store. It returns a *BudgetError (and counts
-// nothing) when the call would cross a hard limit.
+// nothing) when the call would cross a hard limit. With spend windows
+// (MeterConfig.Windows), a model call also reserves its Spend estimate on
+// its tenant's windows and is refused with a *SpendCapError when one would
+// be crossed; every Begin that returns nil must be followed by End or
+// EndSpend (End with zero usage when the call failed), which settles the
+// reservation.
 func (r *Run) Begin(ctx context.Context, c Call) error {
 	if err := r.CheckClock(ctx); err != nil {
 		return err
 	}
+	id, err := r.reserve(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := r.charge(ctx, c); err != nil {
+		r.release(ctx, c, id)
+		return err
+	}
+	return nil
+}
+
+func (r *Run) charge(ctx context.Context, c Call) error {
 	var add Usage
 	if c.Kind == ToolCall {
 		add.ToolCalls = 1
@@ -203,8 +255,28 @@ func (r *Run) Begin(ctx context.Context, c Call) error {
 // tokens and spend to the run's totals and the accounting aggregates (and
 // the ledger's event log), and returns a *BudgetError when the totals now
 // cross a hard limit — the call happened, so it is recorded either way.
+//
+// With spend windows, End settles the call's reservation to spend, with
+// its tokens counted as uncached input; EndSpend keeps the provider's
+// breakdown.
 func (r *Run) End(ctx context.Context, c Call, tokens int64, spend float64) error {
-	used := Usage{Tokens: tokens, Spend: spend}
+	return r.end(ctx, c, tokens, spend, nil, 0)
+}
+
+func (r *Run) end(ctx context.Context, c Call, tokens int64, amount float64, detail *spend.Usage, cost spend.Micros) error {
+	if r.m.cfg.Spend != nil && c.Kind == ModelCall {
+		if detail == nil {
+			var err error
+			if cost, err = MicrosOf(amount); err != nil {
+				return err
+			}
+			detail = &spend.Usage{Input: tokens}
+		}
+		if err := r.settleWindow(ctx, c, *detail, cost); err != nil {
+			return err
+		}
+	}
+	used := Usage{Tokens: tokens, Spend: amount}
 	totals, _, err := r.m.cfg.Store.Charge(ctx, r.task, used, Usage{}, Usage{})
 	if err != nil {
 		return err
@@ -221,7 +293,7 @@ func (r *Run) End(ctx context.Context, c Call, tokens int64, spend float64) erro
 	}
 	if L := r.m.cfg.Ledger; L != nil {
 		detail, _ := json.Marshal(ledgerUsage{Provider: rec.Key.Provider, Model: rec.Key.Model, Tool: rec.Key.Tool,
-			ModelCalls: rec.Usage.ModelCalls, ToolCalls: rec.Usage.ToolCalls, Tokens: tokens, Spend: spend})
+			ModelCalls: rec.Usage.ModelCalls, ToolCalls: rec.Usage.ToolCalls, Tokens: tokens, Spend: amount})
 		if err := L.AppendEvent(ctx, ledger.Event{TaskID: r.task, At: rec.At, Reason: EventUsage, Detail: string(detail), Actor: "limits"}); err != nil {
 			return err
 		}

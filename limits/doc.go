@@ -101,6 +101,29 @@
 // (reason "usage", JSON detail) and a stop as "budget_exceeded", and
 // LedgerUsage sums the same figures from the ledger.
 //
+// # Spend windows per tenant
+//
+// MeterConfig.Windows caps what each tenant may spend per period (a
+// spend.Window: $50 per tenant per UTC day is {Period: 24h, Cap:
+// 50_000_000}), through the same Run.Begin / End a budget uses: Begin
+// reserves a model call's Spend estimate (rounded up to a micro-dollar) on
+// every window of the run's tenant, in MeterConfig.Spend, and refuses the
+// call with a *SpendCapError when the tenant's settled and reserved spend
+// plus the estimate would exceed a cap; End (or EndSpend, with the
+// provider's input / cached / output breakdown) settles the reservation
+// to the actual cost. With estimates that are upper bounds, a tenant's
+// settled spend never exceeds its cap; with exact ones, work stops within
+// one call's estimate of it (an over-estimate leaves the difference of
+// every call in flight at the refusal unspent). Result dead-letters a refused task with reason
+// budget_exceeded and the window's text, or, for a window with Action
+// spend.Snooze, snoozes it until the window resets (no attempt spent); the
+// task's event log gets a "spend_cap" event with the same text either way.
+// The SpendStore is a MemoryStore in one process or
+// providerbatch/sqlstore.Store across processes: the ledger database's
+// switchyard_spend rows, shared with the provider-batch lane (one window
+// caps both) and reported by the admin API's GET /api/v1/spend and `switchyard
+// spend`.
+//
 // # Fallback routing
 //
 // Fallback calls routes (models) in order and moves on when one fails

@@ -9,6 +9,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/scheduler"
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // Errors. Every error this package returns for a control decision is one
@@ -101,6 +102,10 @@ func (e *BudgetError) Is(target error) bool { return target == ErrBudgetExceeded
 //     forever is bounded by its Deadline and its Budget.WallClock.)
 //   - *BudgetError, ErrTooLarge → scheduler.Permanent: the task is
 //     dead-lettered at once (reason permanent_error; see doc.go).
+//   - *SpendCapError → scheduler.Snooze until the tenant's window resets
+//     (plus up to a minute of jitter) when the window's Action is spend.Snooze; otherwise
+//     scheduler.Budget: dead-lettered with reason budget_exceeded and the
+//     window's text.
 //
 // A handler ends with `return limits.Result(err)`.
 func Result(err error) error {
@@ -111,8 +116,14 @@ func Result(err error) error {
 		we *WaitError
 		te *ThrottledError
 		oe *OpenError
+		se *SpendCapError
 	)
 	switch {
+	case errors.As(err, &se) && se.Window.Action == spend.Snooze:
+		// Until the window resets, plus at most a minute: 20% of a
+		// day's wait would be hours.
+		d := max(se.RetryIn, MinSnooze)
+		return scheduler.Snooze(d + rand.N(min(d/5, time.Minute)+1))
 	case errors.Is(err, ErrBudgetExceeded):
 		if scheduler.IsPermanent(err) {
 			return err

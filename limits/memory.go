@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // MemoryStore is a Store and UsageStore for one process: every limiter and
@@ -17,6 +19,9 @@ type MemoryStore struct {
 	starts  map[string]time.Time
 	totals  map[string]Usage
 	aggs    map[Key]Usage
+
+	spendWin map[spendKey]spend.Micros
+	spendRes map[string]spendRes
 }
 
 type memBucket struct {
@@ -36,7 +41,8 @@ func NewMemoryStore(now func() time.Time) *MemoryStore {
 		now = time.Now
 	}
 	return &MemoryStore{now: now, buckets: map[string]*memBucket{}, starts: map[string]time.Time{},
-		totals: map[string]Usage{}, aggs: map[Key]Usage{}}
+		totals: map[string]Usage{}, aggs: map[Key]Usage{},
+		spendWin: map[spendKey]spend.Micros{}, spendRes: map[string]spendRes{}}
 }
 
 func micros(t time.Time) int64 { return t.UnixMicro() }
@@ -192,4 +198,78 @@ func (s *MemoryStore) Sum(ctx context.Context, q Query) ([]Row, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return group(s.aggs, q), nil
+}
+
+// spendKey is one tenant's window (a period starting at start).
+type spendKey struct {
+	tenant string
+	period time.Duration
+	start  int64
+}
+
+// spendRes is a reservation: its amount and the windows it counts in.
+type spendRes struct {
+	micros spend.Micros
+	keys   []spendKey
+}
+
+var _ SpendStore = (*MemoryStore)(nil)
+
+// ReserveSpend implements SpendStore.
+func (s *MemoryStore) ReserveSpend(ctx context.Context, r SpendReservation) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.ID == "" || r.Estimate < 0 {
+		return invalidf("limits: ReserveSpend needs an ID and a non-negative estimate")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.spendRes[r.ID]; ok {
+		return nil
+	}
+	keys := make([]spendKey, 0, len(r.Windows))
+	for _, w := range r.Windows {
+		if !w.Applies(r.Tenant) {
+			continue
+		}
+		start := w.Start(r.Now)
+		k := spendKey{tenant: r.Tenant, period: w.Period, start: start.UnixNano()}
+		if spent := s.spendWin[k]; spent+r.Estimate > w.Cap {
+			return &spend.CapError{Tenant: r.Tenant, Window: w, Spent: spent, Estimate: r.Estimate, Until: start.Add(w.Period)}
+		}
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		s.spendWin[k] += r.Estimate
+	}
+	s.spendRes[r.ID] = spendRes{micros: r.Estimate, keys: keys}
+	return nil
+}
+
+// SettleSpend implements SpendStore. The memory store keeps window totals,
+// not per-call usage.
+func (s *MemoryStore) SettleSpend(ctx context.Context, id string, u spend.Usage, cost spend.Micros) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	res, ok := s.spendRes[id]
+	if !ok {
+		return nil
+	}
+	delete(s.spendRes, id)
+	for _, k := range res.keys {
+		s.spendWin[k] += cost - res.micros
+	}
+	return nil
+}
+
+// SpendInWindow returns tenant's settled and reserved spend in the window
+// w containing now.
+func (s *MemoryStore) SpendInWindow(tenant string, w spend.Window, now time.Time) spend.Micros {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.spendWin[spendKey{tenant: tenant, period: w.Period, start: w.Start(now).UnixNano()}]
 }

@@ -29,6 +29,7 @@ func (callArgs) Kind() string { return "limits.test.call" }
 type rig struct {
 	t      *testing.T
 	L      ledger.Ledger
+	path   string // the SQLite ledger's file
 	client *switchyard.Client
 	srv    *switchyard.Server
 
@@ -40,7 +41,8 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	ctx := context.Background()
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	L, err := ledger.Open(ctx, "sqlite://"+path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	r := &rig{t: t, L: L, done: make(chan scheduler.Event, 100)}
+	r := &rig{t: t, L: L, path: path, done: make(chan scheduler.Event, 100)}
 	r.client, err = switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
 	if err != nil {
 		t.Fatal(err)

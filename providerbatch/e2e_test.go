@@ -15,13 +15,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/switchyard-dev/switchyard"
-	_ "github.com/switchyard-dev/switchyard/adapters/asynq"    // redis://
-	_ "github.com/switchyard-dev/switchyard/adapters/embedded" // embedded://
+	_ "github.com/switchyard-dev/switchyard/adapters/asynq"           // redis://
+	_ "github.com/switchyard-dev/switchyard/adapters/embedded"        // embedded://
+	pgbroker "github.com/switchyard-dev/switchyard/adapters/postgres" // postgres:// brokers
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/conformance/testenv/pgtest"
 	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
+	_ "github.com/switchyard-dev/switchyard/ledger/postgres" // postgres:// ledgers
 	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/providerbatch"
 	"github.com/switchyard-dev/switchyard/providerbatch/fakeprovider"
@@ -56,14 +61,25 @@ type worker struct {
 
 // startWorker runs a Server on brokerURL with the ledger at path; the
 // handler sends each task's request through the batch lane.
+// ledgerPath is a SQLite file, or a postgres:// ledger DSN.
 func startWorker(ctx context.Context, brokerURL, ledgerPath, provider string, fake providerbatch.Provider, tune func(*providerbatch.Config)) (*worker, error) {
-	L, err := sqlite.Open(ctx, ledgerPath, nil)
-	if err != nil {
-		return nil, err
-	}
-	st, err := sqlstore.OpenSQLite(ctx, ledgerPath)
-	if err != nil {
-		return nil, err
+	var L ledger.Ledger
+	var st *sqlstore.Store
+	var err error
+	if strings.HasPrefix(ledgerPath, "postgres://") {
+		if L, err = ledger.Open(ctx, ledgerPath); err != nil {
+			return nil, err
+		}
+		if st, err = sqlstore.OpenDSN(ctx, ledgerPath); err != nil {
+			return nil, err
+		}
+	} else {
+		if L, err = sqlite.Open(ctx, ledgerPath, nil); err != nil {
+			return nil, err
+		}
+		if st, err = sqlstore.OpenSQLite(ctx, ledgerPath); err != nil {
+			return nil, err
+		}
 	}
 	tab, err := spend.NewTable(map[string]spend.Price{provider + "/" + testModel: {Input: 2_500_000, CachedInput: 1_250_000, Output: 10_000_000, BatchDiscount: 5000}})
 	if err != nil {
@@ -265,6 +281,34 @@ func TestE2E_Redis(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	runE2E(t, ctx, "redis://"+addr+"/0?namespace=pb"+fmt.Sprint(time.Now().UnixNano()), filepath.Join(dir, "ledger.db"), "anthropic")
+}
+
+// TestE2E_Postgres: the lane on PostgreSQL end to end: the ledger (and
+// the lane's items, batches and spend) in PostgreSQL, with the
+// PostgreSQL broker (adapters/postgres) carrying the tasks.
+func TestE2E_Postgres(t *testing.T) {
+	dsn := pgtest.LedgerDSN(t)
+	ctx := context.Background()
+	ns := "pb" + fmt.Sprint(time.Now().UnixNano())
+	brokerURL := testenv.Postgres.Endpoint(t)
+	sep := "?"
+	if strings.Contains(brokerURL, "?") {
+		sep = "&"
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, brokerURL)
+		if err != nil {
+			t.Errorf("dropping the broker's schema: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{pgbroker.SchemaFor(ns)}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("dropping the broker's schema: %v", err)
+		}
+	})
+	runE2E(t, ctx, brokerURL+sep+"namespace="+ns, dsn, "openai")
 }
 
 func runE2E(t *testing.T, ctx context.Context, brokerURL, ledgerPath, provider string) {

@@ -3,6 +3,7 @@ package providerbatch
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/switchyard-dev/switchyard/limits"
 	"github.com/switchyard-dev/switchyard/spend"
 )
 
@@ -74,3 +75,14 @@ func (m *Metrics) batch(state string) {
 		m.batchesC.WithLabelValues(state).Inc()
 	}
 }
+
+var _ limits.SpendObserver = (*Metrics)(nil)
+
+// SpendSettled implements limits.SpendObserver: a call metered by
+// limits.Meter counts in the spend series with mode "direct".
+func (m *Metrics) SpendSettled(r limits.SpendReservation, u spend.Usage, cost spend.Micros) {
+	m.settled(&StoredItem{Tenant: r.Tenant, Provider: r.Provider, Model: r.Model, Kind: r.Kind, CacheKey: r.CacheKey}, u, cost, spend.Direct)
+}
+
+// SpendRefused implements limits.SpendObserver.
+func (m *Metrics) SpendRefused(tenant string) { m.refused(tenant) }

@@ -30,6 +30,7 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger"
 	_ "github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/scheduler"
+	"github.com/switchyard-dev/switchyard/spend"
 )
 
 // Task kinds the test server runs.
@@ -110,6 +111,12 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, prefix string) *testEnv {
 	t.Helper()
+	return newTestEnvSpend(t, prefix, nil)
+}
+
+// newTestEnvSpend is newTestEnv with a spend reporter (nil: none).
+func newTestEnvSpend(t *testing.T, prefix string, sp spend.Reporter) *testEnv {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &testEnv{t: t, ctx: ctx, logs: &syncBuffer{}}
@@ -175,7 +182,7 @@ func newTestEnv(t *testing.T, prefix string) *testEnv {
 		}},
 		"test.flaky":  {Lane: "batch"},
 		"test.refund": {Lane: "interactive"},
-	}})
+	}, Spend: sp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1040,6 +1040,76 @@
     }
   }
 
+  // ---- spend ---------------------------------------------------------
+
+  // loadSpend shows model spend by tenant and model over the chosen range
+  // (GET spend), with a bar per bucket of the total. Without a spend
+  // store (501) the reason is shown instead.
+  async function loadSpend() {
+    const range = $("spend-range").value || "24h";
+    let data;
+    try {
+      data = await api("GET", "spend?since=" + encodeURIComponent(range));
+    } catch (e) {
+      if (e.status !== 403 && e.status !== 501) throw e;
+      if (!changed("spend", ["error", e.message])) return;
+      clear($("spend-body"));
+      clear($("spend-chart"));
+      $("spend-table").hidden = true;
+      $("spend-empty").hidden = false;
+      $("spend-empty").textContent = e.message;
+      return;
+    }
+    const series = data.series || [];
+    if (!changed("spend", [range, series, data.total.micros_per_bucket])) return;
+    const body = $("spend-body");
+    clear(body);
+    $("spend-empty").textContent = "No spend recorded in this range.";
+    $("spend-empty").hidden = series.length > 0;
+    $("spend-table").hidden = series.length === 0;
+    const pct = (v) => (100 * v).toFixed(1) + "%";
+    for (const s of series) {
+      body.append(
+        el("tr", { "data-testid": "spend-row", "data-tenant": s.group.tenant || "", "data-model": s.group.model || "" },
+          el("td", {}, s.group.tenant || "–"),
+          el("td", { class: "mono" }, s.group.model || "–"),
+          el("td", {}, String(s.calls)),
+          el("td", {}, String(s.input_tokens)),
+          el("td", {}, String(s.cached_input_tokens)),
+          el("td", {}, String(s.output_tokens)),
+          el("td", {}, pct(s.cached_share)),
+          el("td", { class: "mono", "data-testid": "spend-cost" }, s.cost))
+      );
+    }
+    $("spend-calls").textContent = String(data.total.calls);
+    $("spend-share").textContent = pct(data.total.cached_share);
+    $("spend-total").textContent = data.total.cost;
+    const box = $("spend-chart");
+    clear(box);
+    const vals = data.total.micros_per_bucket || [];
+    const peak = Math.max(1, ...vals);
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", "0 0 " + vals.length * 10 + " 60");
+    svg.setAttribute("preserveAspectRatio", "none");
+    svg.setAttribute("class", "hchart");
+    vals.forEach((v, i) => {
+      const h = (58 * v) / peak;
+      const r = document.createElementNS(ns, "rect");
+      r.setAttribute("x", String(i * 10 + 1));
+      r.setAttribute("y", String(60 - h));
+      r.setAttribute("width", "8");
+      r.setAttribute("height", String(h));
+      r.setAttribute("class", "processed");
+      const t = document.createElementNS(ns, "title");
+      t.textContent = new Date(Date.parse(data.from) + i * data.step_ms).toISOString() + ": $" + (v / 1e6).toFixed(6);
+      r.append(t);
+      svg.append(r);
+    });
+    box.append(svg, el("div", { class: "hchart-axis" }, el("span", {}, range + " ago"),
+      el("span", {}, "peak $" + (peak / 1e6).toFixed(6) + " per " + Math.round(data.step_ms / 60000) + " min"), el("span", {}, "now")));
+  }
+
   // ---- routing and polling ------------------------------------------
 
   function route() {
@@ -1052,7 +1122,7 @@
     } else {
       stopStream();
     }
-    if (!["lanes", "dead", "tasks", "task", "reviews", "servers"].includes(view)) view = "lanes";
+    if (!["lanes", "dead", "tasks", "task", "reviews", "servers", "spend"].includes(view)) view = "lanes";
     state.view = view;
     state.sig = {};
     state.histAt = 0; // the history is asked for again when the Lanes view opens
@@ -1074,6 +1144,7 @@
         case "tasks": if (force) await loadTasks(false); break;
         case "task": await loadTask(); break;
         case "servers": await loadServers(); break;
+        case "spend": await loadSpend(); break;
       }
       await loadReviews();
       tickTimes();
@@ -1121,6 +1192,7 @@
     $("dead-reason").addEventListener("change", () => loadDead().catch((e) => toast(e.message, true)));
     $("dead-replay-all").addEventListener("click", replayShown);
     $("history-lane").addEventListener("change", () => pollHistory(true).catch((e) => toast(e.message, true)));
+    $("spend-range").addEventListener("change", () => loadSpend().catch((e) => toast(e.message, true)));
     $("dead-select-all").addEventListener("change", (ev) =>
       selectAll(state.deadSel, "#dead-body input[data-testid=dead-select]", ev.target.checked, updateDeadBulk));
     $("tasks-select-all").addEventListener("change", (ev) =>

@@ -16,6 +16,7 @@ import (
 	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/providerbatch/sqlstore"
 	"github.com/switchyard-dev/switchyard/telemetry"
 )
 
@@ -115,6 +116,18 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer b.Close()
 	acfg := admin.Config{Broker: b, Ledger: L, Kinds: specs}
+	if *dsn != "" {
+		// The spend report (GET /api/v1/spend, the dashboard's Spend
+		// view) reads the ledger database's spend rows.
+		// An in-memory ledger has no file to share: the report is then
+		// unavailable (a 501 that says so), and the admin API runs.
+		if st, err := sqlstore.OpenDSN(octx, *dsn); err != nil {
+			fmt.Fprintf(stderr, "switchyard admin: no spend report: %v\n", err)
+		} else {
+			defer st.Close()
+			acfg.Spend = st
+		}
+	}
 	if len(laneList) > 0 {
 		acfg.Lanes = append(defaultLaneNames(), laneList...)
 	}

@@ -108,6 +108,10 @@ func TestCLI_Admin(t *testing.T) {
 	if code, body := get("/metrics", secret, ""); code != 200 || !strings.Contains(body, "switchyard_lane_ready") {
 		t.Errorf("metrics: %d %.300s", code, body)
 	}
+	// The spend report reads the ledger's spend rows (none yet).
+	if code, body := get("/api/v1/spend?since=1h", secret, ""); code != 200 || !strings.Contains(body, `"series":[]`) {
+		t.Errorf("spend: %d %s", code, body)
+	}
 	if code, body := get("/", "", ""); code != 200 || !strings.Contains(body, "Switchyard") {
 		t.Errorf("dashboard: %d", code)
 	}

@@ -15,7 +15,8 @@ import (
 )
 
 const spendUsage = `usage: switchyard spend --ledger DSN [--since 24h|RFC3339] [--until RFC3339] [--tenant T] [--by tenant,model,...] [--json]
-  model spend recorded by the provider-batch lane (and direct calls through it): calls, input,
+  model spend recorded by the provider-batch lane (and direct calls through it) and by limits.Meter
+  with a spend store (one row per metered call; run is its task): calls, input,
   cached-input and output tokens, the cached-token share, and money (settled to the provider's
   reported usage; a reserved row holds its estimate until it settles). --by groups by any of
   tenant, kind, run, provider, model, mode (batch|direct), cache_key, state (reserved|settled);

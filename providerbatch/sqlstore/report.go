@@ -99,3 +99,62 @@ func (s *Store) Spend(ctx context.Context, q SpendQuery) ([]SpendRow, error) {
 	}
 	return out, rows.Err()
 }
+
+var _ spend.Reporter = (*Store)(nil)
+
+// SpendSeries implements spend.Reporter: Spend per Step-long bucket of
+// [Since, Until).
+func (s *Store) SpendSeries(ctx context.Context, q spend.SeriesQuery) ([]spend.SeriesRow, error) {
+	if q.Step <= 0 || q.Since.IsZero() || q.Until.IsZero() || !q.Until.After(q.Since) {
+		return nil, fmt.Errorf("sqlstore: a spend series needs Since before Until and a positive Step, got %v..%v step %v", q.Since, q.Until, q.Step)
+	}
+	var cols []string
+	for _, f := range q.By {
+		c, ok := groupCols[f]
+		if !ok {
+			return nil, fmt.Errorf("sqlstore: cannot group spend by %q (tenant, kind, run, provider, model, mode, cache_key, state)", f)
+		}
+		cols = append(cols, c)
+	}
+	since, until := ns(q.Since), ns(q.Until)
+	// The bucket expression carries its two integers inline (they are
+	// int64s, not text), so that GROUP BY repeats it verbatim.
+	bucket := fmt.Sprintf("(at - %d) / %d", since, int64(q.Step))
+	sel := bucket + ", COUNT(*), COALESCE(SUM(input), 0), COALESCE(SUM(cached_input), 0), COALESCE(SUM(output), 0), COALESCE(SUM(micros), 0)"
+	if len(cols) > 0 {
+		sel = strings.Join(cols, ", ") + ", " + sel
+	}
+	args := []any{since, until}
+	where := "at >= ? AND at < ?"
+	if q.Tenant != "" {
+		where, args = where+" AND tenant = ?", append(args, q.Tenant)
+	}
+	group := append(append([]string{}, cols...), bucket)
+	query := "SELECT " + sel + " FROM switchyard_spend WHERE " + where + " GROUP BY " + strings.Join(group, ", ") + " ORDER BY " + strings.Join(group, ", ")
+	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []spend.SeriesRow
+	for rows.Next() {
+		vals := make([]string, len(cols))
+		var r spend.SeriesRow
+		var cost int64
+		dst := make([]any, 0, len(cols)+6)
+		for i := range vals {
+			dst = append(dst, &vals[i])
+		}
+		dst = append(dst, &r.Bucket, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost)
+		if err := rows.Scan(dst...); err != nil {
+			return nil, err
+		}
+		r.Cost = spend.Micros(cost)
+		r.Group = map[string]string{}
+		for i, f := range q.By {
+			r.Group[f] = vals[i]
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

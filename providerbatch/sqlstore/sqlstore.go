@@ -26,6 +26,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/internal/sqliteopen"
+	"github.com/switchyard-dev/switchyard/limits"
 	"github.com/switchyard-dev/switchyard/providerbatch"
 	"github.com/switchyard-dev/switchyard/spend"
 )
@@ -469,5 +470,49 @@ func (s *Store) Finish(ctx context.Context, localID string, outcomes []providerb
 			}
 		}
 		return nil
+	})
+}
+
+var _ limits.SpendStore = (*Store)(nil)
+
+// ReserveSpend implements limits.SpendStore: the reservation is a row of
+// switchyard_spend (task_id is the reservation's ID, run_id the task's,
+// mode direct), checked against the tenant's windows in the same
+// transaction as the batch lane's reservations, so one window caps both.
+func (s *Store) ReserveSpend(ctx context.Context, r limits.SpendReservation) error {
+	if r.ID == "" || r.Estimate < 0 {
+		return broker.Invalidf("sqlstore: ReserveSpend needs an ID and a non-negative estimate")
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM switchyard_spend WHERE task_id = ?`), r.ID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		if err := s.checkWindows(ctx, tx, r.Tenant, r.ID, r.Estimate, r.Windows, r.Now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO switchyard_spend (task_id, tenant, kind, run_id, provider, model, cache_key, mode, state, micros, at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'reserved', ?, ?)`), r.ID, r.Tenant, r.Kind, r.TaskID, r.Provider, r.Model, r.CacheKey, string(spend.Direct), int64(r.Estimate), ns(r.Now))
+		return err
+	})
+}
+
+// SettleSpend implements limits.SpendStore. Zero usage and cost release
+// the reservation (its row is deleted).
+func (s *Store) SettleSpend(ctx context.Context, id string, u spend.Usage, cost spend.Micros) error {
+	if err := u.Validate(); err != nil {
+		return broker.Invalidf("sqlstore: %v", err)
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if u == (spend.Usage{}) && cost == 0 { // released: the call was not made
+			_, err := tx.ExecContext(ctx, s.q(`DELETE FROM switchyard_spend WHERE task_id = ? AND state = 'reserved'`), id)
+			return err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`UPDATE switchyard_spend SET state = 'settled', input = ?, cached_input = ?, output = ?, micros = ? WHERE task_id = ? AND state = 'reserved'`),
+			u.Input, u.CachedInput, u.Output, int64(cost), id)
+		return err
 	})
 }
