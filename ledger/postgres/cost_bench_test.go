@@ -48,7 +48,7 @@ func benchTaskCost(b *testing.B, keys bool) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	s, err := postgres.Open(ctx, dsn+sep+"application_name="+schema+os.Getenv("SWITCHYARD_BENCH_DSN_EXTRA"), &postgres.Options{Schema: schema})
+	s, err := postgres.Open(ctx, dsn+sep+"application_name="+schema, &postgres.Options{Schema: schema})
 	if err != nil {
 		b.Fatal(err)
 	}
