@@ -9,7 +9,8 @@ import (
 )
 
 // Array statements. A group (group.go) that holds several writes of one
-// kind (Create, BeginRun, EndRun) completes them with one statement
+// kind (Create, BeginRun, EndRun with a transition, PutStep, BeginEffect,
+// SetEffect) completes them with one statement
 // instead of one each: the writes' arguments go in as arrays, one per
 // argument of the single statement ($k is the array of every write's
 // k-th argument), unnested WITH ORDINALITY, and every row the statement
@@ -21,7 +22,7 @@ import (
 // statement's plan, locks and executor start for the whole group, which
 // is most of what a small statement costs PostgreSQL.
 //
-// Two writes of one row (the same task ID, the write's first argument)
+// Two writes of one task (the same task ID, the write's first argument)
 // never share an array statement: the second runs after it as its single
 // statement, in the same transaction, so it sees the first's effect as
 // it would in any serial order. The writes of one group are all in

@@ -403,3 +403,110 @@ func TestArrayGroup_ServerError(t *testing.T) {
 		}
 	}
 }
+
+// TestArrayGroup_StepsAndEffects: PutStep, BeginEffect and SetEffect of
+// several tasks in one group (one array statement each), with writes
+// their single statements refuse (a step already stored, an effect
+// already begun, a confirmed effect) and a second write of one task: each
+// caller gets what the single statement gives it.
+func TestArrayGroup_StepsAndEffects(t *testing.T) {
+	t.Parallel()
+	s := heldGroups(t)
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		tk := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"})
+		mustBegin(t, s, tk.ID)
+		ids = append(ids, tk.ID)
+	}
+	a, b, c := ids[0], ids[1], ids[2]
+	direct(s, func() {
+		if _, err := s.PutStep(ctx, c, "plan", []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if _, _, err := s.BeginEffect(ctx, id, "mail", 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.SetEffect(ctx, c, "mail", ledger.EffectConfirmed, []byte("sent")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	var (
+		mu   sync.Mutex
+		out  = map[string]string{}
+		errs = map[string]error{}
+	)
+	set := func(name, v string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out[name] = v
+		errs[name] = err
+	}
+	step := func(name, id, output string) func() {
+		return func() { got, err := s.PutStep(ctx, id, "plan", []byte(output)); set(name, string(got), err) }
+	}
+	begin := func(name, id string) func() {
+		return func() {
+			e, created, err := s.BeginEffect(ctx, id, "sms", 1)
+			set(name, fmt.Sprintf("%s/%v", e.State, created), err)
+		}
+	}
+	confirm := func(name, id string) func() {
+		return func() { set(name, "", s.SetEffect(ctx, id, "mail", ledger.EffectConfirmed, []byte("sent-"+name))) }
+	}
+	group(t, s, step("sa", a, "a1"), step("sa2", a, "a2"), step("sb", b, "b1"), step("sc", c, "c1"))
+	group(t, s, begin("ea", a), begin("ea2", a), begin("eb", b), begin("ec", c))
+	group(t, s, confirm("ca", a), confirm("cb", b), confirm("cc", c))
+	for name, err := range errs {
+		if name == "cc" {
+			if !errors.Is(err, ledger.ErrConflict) {
+				t.Errorf("SetEffect of a confirmed effect: %v, want ErrConflict", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// The two PutSteps of one task: the first stores its output, both get it.
+	if out["sa"] != out["sa2"] || (out["sa"] != "a1" && out["sa"] != "a2") {
+		t.Errorf("two PutSteps of one step got %q and %q, want the same stored output", out["sa"], out["sa2"])
+	}
+	if out["sb"] != "b1" || out["sc"] != "first" {
+		t.Errorf("PutStep outputs %q, %q; want b1, first (stored before)", out["sb"], out["sc"])
+	}
+	created := 0
+	for _, name := range []string{"ea", "ea2"} {
+		if out[name] == "pending/true" {
+			created++
+		} else if out[name] != "pending/false" {
+			t.Errorf("%s: %s", name, out[name])
+		}
+	}
+	if created != 1 || out["eb"] != "pending/true" || out["ec"] != "pending/true" {
+		t.Errorf("BeginEffect: ea %s, ea2 %s, eb %s, ec %s; want one of ea/ea2 and eb, ec begun", out["ea"], out["ea2"], out["eb"], out["ec"])
+	}
+	for _, id := range []string{a, b, c} {
+		var es []ledger.Effect
+		var err error
+		direct(s, func() { es, err = s.Effects(ctx, id) })
+		if err != nil || len(es) != 2 {
+			t.Fatalf("effects of %s: %+v (%v), want mail and sms", id, es, err)
+		}
+		mail := es[0]
+		if mail.Key != "mail" || mail.State != ledger.EffectConfirmed {
+			t.Errorf("task %s mail effect %+v, want confirmed", id, mail)
+		}
+		if want := map[string]string{a: "sent-ca", b: "sent-cb", c: "sent"}[id]; string(mail.Result) != want {
+			t.Errorf("task %s mail result %q, want %q", id, mail.Result, want)
+		}
+	}
+	if arrays, _ := s.ArrayStats(); arrays != 3 {
+		t.Errorf("%d array statements, want 3", arrays)
+	}
+	if _, _, splits := s.GroupStats(); splits != 0 {
+		t.Errorf("%d groups split, want none", splits)
+	}
+}

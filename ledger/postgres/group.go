@@ -33,8 +33,8 @@ import (
 // (maxGroup), so that is one round trip and one commit.
 //
 // Within a group, the writes of one kind (Create, BeginRun, EndRun with
-// a transition) are one array statement, not one statement each
-// (batch.go).
+// a transition, PutStep, BeginEffect, SetEffect) are one array
+// statement, not one statement each (batch.go).
 
 // maxGroup bounds how many writes share one round trip and commit.
 const maxGroup = 64
