@@ -10,17 +10,18 @@ import (
 
 // Array statements. A group (group.go) that holds several writes of one
 // kind (Create, BeginRun, EndRun with a transition, PutStep, BeginEffect,
-// SetEffect) completes them with one statement
-// instead of one each: the writes' arguments go in as arrays, one per
-// argument of the single statement ($k is the array of every write's
-// k-th argument), unnested WITH ORDINALITY, and every row the statement
-// returns starts with the ordinal of its write, followed by the single
-// statement's columns. A write that gets no row is refused exactly as its
-// single statement would refuse it (its guard on the task's state or
-// attempt did not hold, or its key was taken): the caller sees no rows and
-// does what it does after a single statement. The arrays run one
-// statement's plan, locks and executor start for the whole group, which
-// is most of what a small statement costs PostgreSQL.
+// SetEffect) completes them with one statement instead of one each: the
+// writes' arguments go in as arrays, one per argument of the single
+// statement ($k is the array of every write's k-th argument), unnested
+// WITH ORDINALITY, and every row the statement returns starts with the
+// ordinal of its write, followed by the single statement's columns. A
+// write that gets no row is refused exactly as its single statement would
+// refuse it (its guard on the task's state or attempt did not hold, or
+// its key was taken): the caller sees no rows and does what it does after
+// a single statement. The writes share one statement's plan, locks and
+// executor start (arrayPlanSQL keeps the plan on the indexes); what is
+// left per write is its rows (docs/BENCHMARKS.md, "Array statements in
+// the group writer").
 //
 // Two writes of one task (the same task ID, the write's first argument)
 // never share an array statement: the second runs after it as its single
