@@ -129,6 +129,8 @@ func benchTaskCost(b *testing.B, keys bool) {
 	wg.Wait()
 	b.StopTimer()
 	cpu1 := backendCPU()
+	groups, writes, splits := s.GroupStats()
+	arrays, arrayWrites := s.ArrayStats()
 	s.Close() // its backends exit and flush their statistics
 	time.Sleep(time.Second)
 	c1 := read()
@@ -139,4 +141,14 @@ func benchTaskCost(b *testing.B, keys bool) {
 	b.ReportMetric(float64(c1.hot-c0.hot)/n, "hot-upd/task")
 	b.ReportMetric(float64(c1.wal-c0.wal)/n, "wal-B/task")
 	b.ReportMetric(float64(c1.size-c0.size)/n, "disk-B/task")
+	if groups > 0 {
+		b.ReportMetric(float64(writes)/float64(groups), "writes/group")
+		b.ReportMetric(float64(splits)/float64(groups), "splits/group")
+	}
+	if arrays > 0 {
+		b.ReportMetric(float64(arrayWrites)/float64(arrays), "writes/array")
+	}
+	if writes > 0 {
+		b.ReportMetric(float64(writes-arrayWrites+arrays)/float64(writes), "stmts/write")
+	}
 }

@@ -31,6 +31,10 @@ import (
 //
 // Rows a group touches stay locked until it commits; groups are bounded
 // (maxGroup), so that is one round trip and one commit.
+//
+// Within a group, the writes of one kind (Create, BeginRun, EndRun with
+// a transition, PutStep, BeginEffect, SetEffect) are one array
+// statement, not one statement each (batch.go).
 
 // maxGroup bounds how many writes share one round trip and commit.
 const maxGroup = 64
@@ -39,8 +43,12 @@ type groupReq struct {
 	sql  string
 	args []any
 	// scan reads the statement's row (QueryRow); nil means Exec.
-	scan  func(pgx.Row) error
+	scan func(pgx.Row) error
+	// kind, when set, is the array statement that completes this write
+	// together with the others of its kind in a group (batch.go).
+	kind  *batchKind
 	tag   pgconn.CommandTag
+	err   error        // the outcome, while the group is read
 	state atomic.Int32 // reqQueued → reqTaken | reqAbandoned
 	done  chan error
 }
@@ -57,6 +65,9 @@ type grouper struct {
 	wg   sync.WaitGroup
 	// Counters, for tests and benchmarks.
 	groups, writes, splits atomic.Int64
+	// arrays counts the array statements sent, arrayWrites the writes
+	// they completed.
+	arrays, arrayWrites atomic.Int64
 }
 
 // startGroup starts n writer goroutines.
@@ -124,27 +135,55 @@ func (s *Store) runGroup(rs []*groupReq) {
 		live[0].done <- s.runOne(ctx, live[0])
 		return
 	}
+	stmts, arrays := planGroup(live)
 	b := &pgx.Batch{}
-	for _, r := range live {
-		b.Queue(r.sql, r.args...)
+	for i, st := range stmts {
+		if i == arrays {
+			b.Queue(arrayPlanSQL)
+		}
+		if st.kind == nil {
+			b.Queue(st.reqs[0].sql, st.reqs[0].args...)
+			continue
+		}
+		b.Queue(st.kind.array, st.kind.arrays(st.reqs)...)
+		s.g.arrays.Add(1)
+		s.g.arrayWrites.Add(int64(len(st.reqs)))
 	}
 	br := s.pool.SendBatch(ctx, b)
-	errs := make([]error, len(live))
 	serverErr := false
-	for i, r := range live {
-		if r.scan != nil {
-			errs[i] = r.scan(br.QueryRow())
-		} else {
-			r.tag, errs[i] = br.Exec()
+	for i, st := range stmts {
+		if i == arrays {
+			if _, err := br.Exec(); isServerErr(err) {
+				serverErr = true
+			}
 		}
-		var pe *pgconn.PgError
-		if errors.As(errs[i], &pe) {
+		if st.kind != nil {
+			rows, err := br.Query()
+			if err == nil {
+				err = readArray(rows, st.reqs)
+			}
+			if err != nil {
+				for _, r := range st.reqs {
+					r.err = err
+				}
+			}
+			if isServerErr(err) {
+				serverErr = true
+			}
+			continue
+		}
+		r := st.reqs[0]
+		if r.scan != nil {
+			r.err = r.scan(br.QueryRow())
+		} else {
+			r.tag, r.err = br.Exec()
+		}
+		if isServerErr(r.err) {
 			serverErr = true
 		}
 	}
 	cerr := br.Close()
-	var pe *pgconn.PgError
-	if errors.As(cerr, &pe) {
+	if isServerErr(cerr) {
 		serverErr = true
 	}
 	if serverErr {
@@ -155,17 +194,24 @@ func (s *Store) runGroup(rs []*groupReq) {
 		}
 		return
 	}
-	for i, r := range live {
-		if errs[i] == nil || errors.Is(errs[i], pgx.ErrNoRows) {
+	for _, r := range live {
+		err := r.err
+		if err == nil || errors.Is(err, pgx.ErrNoRows) {
 			if cerr != nil {
-				errs[i] = cerr // the commit failed: nothing of the group holds
+				err = cerr // the commit failed: nothing of the group holds
 			}
 		}
-		r.done <- errs[i]
+		r.done <- err
 	}
 }
 
+func isServerErr(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe)
+}
+
 func (s *Store) runOne(ctx context.Context, r *groupReq) error {
+	r.err = nil
 	if r.scan != nil {
 		return r.scan(s.pool.QueryRow(ctx, r.sql, r.args...))
 	}
@@ -210,6 +256,12 @@ func (s *Store) queryRow(ctx context.Context, sql string, scan func(pgx.Row) err
 	return s.submit(ctx, &groupReq{sql: sql, args: args, scan: scan})
 }
 
+// queryRowKind is queryRow for a write of a kind that a group completes
+// with one array statement (batch.go).
+func (s *Store) queryRowKind(ctx context.Context, k *batchKind, scan func(pgx.Row) error, args ...any) error {
+	return s.submit(ctx, &groupReq{sql: k.single, args: args, scan: scan, kind: k})
+}
+
 // exec runs a write statement through the group writer.
 func (s *Store) exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	r := &groupReq{sql: sql, args: args}
@@ -224,4 +276,13 @@ func (s *Store) GroupStats() (groups, writes, splits int64) {
 		return 0, 0, 0
 	}
 	return s.g.groups.Load(), s.g.writes.Load(), s.g.splits.Load()
+}
+
+// ArrayStats reports how many array statements the group writer sent and
+// how many writes they completed (batch.go).
+func (s *Store) ArrayStats() (stmts, writes int64) {
+	if s.g == nil {
+		return 0, 0
+	}
+	return s.g.arrays.Load(), s.g.arrayWrites.Load()
 }

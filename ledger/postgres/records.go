@@ -133,6 +133,24 @@ func (s backend) GetStep(ctx context.Context, op string, taskID, name string) ([
 	return out, true, nil
 }
 
+// putStepKind is PutStep's write; in a group, all of them are one
+// INSERT … SELECT FROM unnest (batch.go).
+var putStepKind = &batchKind{
+	name: "put step",
+	single: `WITH ins AS (
+			INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (task_id, name) DO NOTHING RETURNING output)
+		SELECT output FROM ins`,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])
+				WITH ORDINALITY AS v(task_id, name, output, created_at, ord)),
+		ins AS (
+			INSERT INTO ledger_steps (task_id, name, output, created_at)
+			SELECT task_id, name, output, created_at FROM v ORDER BY task_id, name
+			ON CONFLICT (task_id, name) DO NOTHING RETURNING task_id, name, output)
+		SELECT v.ord, ins.output FROM ins JOIN v ON v.task_id = ins.task_id AND v.name = ins.name`,
+}
+
 // PutStep implements front.Backend with INSERT … ON CONFLICT DO NOTHING. A
 // nil output is stored as empty.
 func (s backend) PutStep(ctx context.Context, op string, taskID, name string, output []byte) ([]byte, error) {
@@ -142,10 +160,7 @@ func (s backend) PutStep(ctx context.Context, op string, taskID, name string, ou
 	// A conflicting insert waits for the first writer to commit, so the
 	// stored row is visible to the statement that follows.
 	var stored []byte
-	err := s.queryRow(ctx, `WITH ins AS (
-			INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (task_id, name) DO NOTHING RETURNING output)
-		SELECT output FROM ins`, func(r pgx.Row) error { return r.Scan(&stored) }, taskID, name, output, s.opts.Now())
+	err := s.queryRowKind(ctx, putStepKind, func(r pgx.Row) error { return r.Scan(&stored) }, taskID, name, output, s.opts.Now())
 	if isFK(err) {
 		return nil, store.NotFound(op, "task %s", taskID)
 	}
@@ -168,13 +183,28 @@ func scanEffect(taskID string, r pgx.Row) (ledger.Effect, error) {
 	return e, err
 }
 
+// beginEffectKind is BeginEffect's write; in a group, all of them are one
+// INSERT … SELECT FROM unnest (batch.go).
+var beginEffectKind = &batchKind{
+	name: "begin effect",
+	single: `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (task_id, key) DO NOTHING RETURNING ` + effectCols,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[])
+				WITH ORDINALITY AS v(task_id, key, state, attempt, at, ord)),
+		ins AS (
+			INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
+			SELECT task_id, key, state, attempt, at, at FROM v ORDER BY task_id, key
+			ON CONFLICT (task_id, key) DO NOTHING RETURNING task_id, ` + effectCols + `)
+		SELECT v.ord, ins.key, ins.state, ins.attempt, ins.result, ins.updated_at
+		FROM ins JOIN v ON v.task_id = ins.task_id AND v.key = ins.key`,
+}
+
 // BeginEffect implements front.Backend.
 func (s backend) BeginEffect(ctx context.Context, op string, taskID, key string, attempt int) (ledger.Effect, bool, error) {
 	now := s.opts.Now()
 	var e ledger.Effect
-	err := s.queryRow(ctx, `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (task_id, key) DO NOTHING RETURNING `+effectCols,
-		func(r pgx.Row) (err error) { e, err = scanEffect(taskID, r); return err },
+	err := s.queryRowKind(ctx, beginEffectKind, func(r pgx.Row) (err error) { e, err = scanEffect(taskID, r); return err },
 		taskID, key, string(ledger.EffectPending), attempt, now)
 	if err == nil {
 		return e, true, nil
@@ -189,16 +219,30 @@ func (s backend) BeginEffect(ctx context.Context, op string, taskID, key string,
 	return e, false, classify(op, err, false)
 }
 
+// setEffectKind is SetEffect's write; in a group, all of them are one
+// UPDATE … FROM unnest (batch.go).
+var setEffectKind = &batchKind{
+	name: "set effect",
+	single: `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
+		WHERE task_id = $1 AND key = $2 AND state <> 'confirmed' RETURNING 1`,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[])
+				WITH ORDINALITY AS v(task_id, key, state, result, at, ord))
+		UPDATE ledger_effects e SET state = v.state, result = COALESCE(v.result, e.result), updated_at = v.at
+		FROM v WHERE e.task_id = v.task_id AND e.key = v.key AND e.state <> 'confirmed'
+		RETURNING v.ord, 1`,
+}
+
 // SetEffect implements front.Backend with an UPDATE guarded by
 // state <> 'confirmed'. A nil result keeps the stored one.
 func (s backend) SetEffect(ctx context.Context, op string, taskID, key string, state ledger.EffectState, result []byte) error {
-	tag, err := s.exec(ctx, `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
-		WHERE task_id = $1 AND key = $2 AND state <> 'confirmed'`, taskID, key, string(state), result, s.opts.Now())
-	if err != nil {
-		return classify(op, err, true)
-	}
-	if tag.RowsAffected() == 1 {
+	err := s.queryRowKind(ctx, setEffectKind, func(r pgx.Row) error { var one int; return r.Scan(&one) },
+		taskID, key, string(state), result, s.opts.Now())
+	if err == nil {
 		return nil
+	}
+	if !isNoRows(err) {
+		return classify(op, err, true)
 	}
 	var cur string
 	err = s.pool.QueryRow(ctx, `SELECT state FROM ledger_effects WHERE task_id = $1 AND key = $2`, taskID, key).Scan(&cur)

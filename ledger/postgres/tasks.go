@@ -58,6 +58,30 @@ func tsOrNil(t time.Time) any {
 	return t
 }
 
+// createKind is Create's write: the task's row, unless its ID or its
+// (tenant, idempotency key) is taken. In a group, all Creates are one
+// INSERT … SELECT FROM unnest (batch.go).
+var createKind = &batchKind{
+	name: "create",
+	single: `INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
+		ON CONFLICT DO NOTHING
+		RETURNING ` + taskCols,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[],
+				$9::integer[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[])
+				WITH ORDINALITY AS v(id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
+					run_at, deadline, metadata, result, last_error, created_at, ord)),
+		ins AS (
+			INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
+			SELECT id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
+				run_at, deadline, metadata::jsonb, result, last_error, created_at, created_at, NULL::timestamptz, 1
+			FROM v ORDER BY ord
+			ON CONFLICT DO NOTHING
+			RETURNING ` + taskCols + `)
+		SELECT v.ord, ` + tTaskCols + ` FROM ins t JOIN v ON v.id = t.id`,
+}
+
 // Create implements front.Backend with INSERT … ON CONFLICT DO NOTHING.
 // The task's "enqueued" event (seq 1) is not a row: Events derives it from
 // the task's created_at (enqueuedEventSQL).
@@ -74,10 +98,7 @@ func (s backend) Create(ctx context.Context, op string, t *ledger.Task) (*ledger
 	// prune); try again then.
 	for range 3 {
 		var got *ledger.Task
-		err := s.queryRow(ctx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
-				ON CONFLICT DO NOTHING
-				RETURNING `+taskCols, func(r pgx.Row) (err error) { got, err = scanTask(r); return err },
+		err := s.queryRowKind(ctx, createKind, func(r pgx.Row) (err error) { got, err = scanTask(r); return err },
 			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
 			tsOrNil(t.RunAt), tsOrNil(t.Deadline), meta, t.Result, t.LastError, t.CreatedAt)
 		if err == nil {
