@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -76,26 +77,26 @@ func readSSE(t *testing.T, url, secret, lastID string, stop func(sseEvent) bool)
 // Tenant scope, roles and bad offsets are refused like the other routes.
 func TestHandler_EventsSSE(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	res, err := e.client.Enqueue(e.ctx, refundArgs{Order: "A-7", Amount: 900}, &switchyard.EnqueueOpts{Lane: "interactive", Tenant: "acme"})
+	e := admintest.New(t, "")
+	res, err := e.Client.Enqueue(e.Ctx, admintest.RefundArgs{Order: "A-7", Amount: 900}, &switchyard.EnqueueOpts{Lane: "interactive", Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool {
-		info, err := e.client.Task(e.ctx, res.ID)
+		info, err := e.Client.Task(e.Ctx, res.ID)
 		return err == nil && info.Task.State == ledger.AwaitingReview
 	})
 	appendEntries := func(es ...ledger.StreamEntry) {
-		if _, err := e.L.AppendStream(e.ctx, res.ID, 1, es); err != nil {
+		if _, err := e.L.AppendStream(e.Ctx, res.ID, 1, es); err != nil {
 			t.Fatal(err)
 		}
 	}
 	appendEntries(ledger.StreamEntry{Kind: ledger.StreamProgress, Fraction: 0.5, Message: "half"},
 		ledger.StreamEntry{Kind: ledger.StreamChunk, Data: []byte("one ")},
 		ledger.StreamEntry{Kind: ledger.StreamChunk, Data: []byte("two ")})
-	url := e.api + "tasks/" + res.ID + "/events"
+	url := e.API + "tasks/" + res.ID + "/events"
 
-	status, first := readSSE(t, url, adminSecret, "", func(ev sseEvent) bool { return ev.event == "chunk" && ev.data["text"] == "two " })
+	status, first := readSSE(t, url, admintest.AdminSecret, "", func(ev sseEvent) bool { return ev.event == "chunk" && ev.data["text"] == "two " })
 	if status != http.StatusOK {
 		t.Fatalf("events: %d", status)
 	}
@@ -114,9 +115,9 @@ func TestHandler_EventsSSE(t *testing.T) {
 	appendEntries(ledger.StreamEntry{Kind: ledger.StreamChunk, Data: []byte("three")}, ledger.StreamEntry{Kind: ledger.StreamChunk, Data: []byte{0xff, 0x00}})
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_ = e.client.Reject(e.ctx, res.ID, "alice", "not this time")
+		_ = e.Client.Reject(e.Ctx, res.ID, "alice", "not this time")
 	}()
-	_, second := readSSE(t, url, adminSecret, last, func(sseEvent) bool { return false })
+	_, second := readSSE(t, url, admintest.AdminSecret, last, func(sseEvent) bool { return false })
 	kinds = kinds[:0]
 	for _, ev := range second {
 		kinds = append(kinds, ev.event)
@@ -128,7 +129,7 @@ func TestHandler_EventsSSE(t *testing.T) {
 		t.Errorf("resumed events: %+v", second)
 	}
 	// The same through ?from=, and a read-only token sees sizes, not text.
-	_, viaQuery := readSSE(t, url+"?from="+last, readSecret, "", func(sseEvent) bool { return false })
+	_, viaQuery := readSSE(t, url+"?from="+last, admintest.ReadSecret, "", func(sseEvent) bool { return false })
 	if len(viaQuery) != 4 || viaQuery[0].data["text"] != nil || viaQuery[0].data["bytes"] != float64(5) {
 		t.Errorf("read-only from=%s: %+v", last, viaQuery)
 	}
@@ -137,13 +138,13 @@ func TestHandler_EventsSSE(t *testing.T) {
 		name, url, secret, last string
 		want                    int
 	}{
-		{"another tenant", url, globexSecret, "", http.StatusNotFound},
-		{"the task's tenant", url, acmeSecret, "", http.StatusOK},
+		{"another tenant", url, admintest.GlobexSecret, "", http.StatusNotFound},
+		{"the task's tenant", url, admintest.AcmeSecret, "", http.StatusOK},
 		{"no token", url, "", "", http.StatusUnauthorized},
-		{"unknown task", e.api + "tasks/no-such-task/events", adminSecret, "", http.StatusNotFound},
-		{"bad Last-Event-ID", url, adminSecret, "x1", http.StatusBadRequest},
-		{"negative offset", url, adminSecret, "-3", http.StatusBadRequest},
-		{"two offsets", url + "?from=1", adminSecret, "2", http.StatusBadRequest},
+		{"unknown task", e.API + "tasks/no-such-task/events", admintest.AdminSecret, "", http.StatusNotFound},
+		{"bad Last-Event-ID", url, admintest.AdminSecret, "x1", http.StatusBadRequest},
+		{"negative offset", url, admintest.AdminSecret, "-3", http.StatusBadRequest},
+		{"two offsets", url + "?from=1", admintest.AdminSecret, "2", http.StatusBadRequest},
 	} {
 		if got, _ := readSSE(t, c.url, c.secret, c.last, func(sseEvent) bool { return true }); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
@@ -154,27 +155,27 @@ func TestHandler_EventsSSE(t *testing.T) {
 // GET tasks shows the latest progress report of running tasks.
 func TestHandler_TasksProgress(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	task, _, err := e.L.Create(e.ctx, &ledger.Task{Kind: "test.other", Lane: "batch", Tenant: "acme"})
+	e := admintest.New(t, "")
+	task, _, err := e.L.Create(e.Ctx, &ledger.Task{Kind: "test.other", Lane: "batch", Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.L.Transition(e.ctx, ledger.TransitionRequest{ID: task.ID, To: ledger.Running, Reason: "attempt_started"}); err != nil {
+	if _, err := e.L.Transition(e.Ctx, ledger.TransitionRequest{ID: task.ID, To: ledger.Running, Reason: "attempt_started"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []float64{0.2, 0.7} {
-		if _, err := e.L.AppendStream(e.ctx, task.ID, 1, []ledger.StreamEntry{{Kind: ledger.StreamProgress, Fraction: f, Message: "step"}}); err != nil {
+		if _, err := e.L.AppendStream(e.Ctx, task.ID, 1, []ledger.StreamEntry{{Kind: ledger.StreamProgress, Fraction: f, Message: "step"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, secret := range []string{readSecret, acmeSecret} {
-		r := e.call("GET", "tasks?state=running", secret, nil, nil)
-		if r.status != http.StatusOK || !strings.Contains(string(r.body), `"progress":{"fraction":0.7,"message":"step"`) {
-			t.Errorf("GET tasks: %d %s", r.status, r.body)
+	for _, secret := range []string{admintest.ReadSecret, admintest.AcmeSecret} {
+		r := e.Call("GET", "tasks?state=running", secret, nil, nil)
+		if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"progress":{"fraction":0.7,"message":"step"`) {
+			t.Errorf("GET tasks: %d %s", r.Status, r.Body)
 		}
 	}
-	if r := e.call("GET", "tasks?state=running", globexSecret, nil, nil); strings.Contains(string(r.body), task.ID) {
-		t.Errorf("another tenant sees the task: %s", r.body)
+	if r := e.Call("GET", "tasks?state=running", admintest.GlobexSecret, nil, nil); strings.Contains(string(r.Body), task.ID) {
+		t.Errorf("another tenant sees the task: %s", r.Body)
 	}
 }
 

@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -10,27 +9,11 @@ import (
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
-
-type historyBody struct {
-	admin.HistoryInfo
-	At time.Time `json:"at"`
-}
-
-func (e *testEnv) history(path string) (historyBody, resp) {
-	e.t.Helper()
-	r := e.call("GET", path, readSecret, nil, nil)
-	var b historyBody
-	if r.status == http.StatusOK {
-		if err := json.Unmarshal(r.body, &b); err != nil {
-			e.t.Fatalf("GET %s: %s (%v)", path, r.body, err)
-		}
-	}
-	return b, r
-}
 
 // TestHandler_History: the test environment's running Server counts the
 // tasks it finishes and writes them to the ledger's history once a
@@ -43,23 +26,23 @@ func (e *testEnv) history(path string) (historyBody, resp) {
 // callers are refused.
 func TestHandler_History(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
+	e := admintest.New(t, "")
 	var ids []string
 	for _, n := range []string{"ann", "bob", "cy"} {
-		ids = append(ids, e.enqueue(greetArgs{Name: n}, &switchyard.EnqueueOpts{Lane: "interactive"}))
+		ids = append(ids, e.Enqueue(admintest.GreetArgs{Name: n}, &switchyard.EnqueueOpts{Lane: "interactive"}))
 	}
-	flaky := e.enqueue(flakyArgs{Item: "h-1"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	flaky := e.Enqueue(admintest.FlakyArgs{Item: "h-1"}, &switchyard.EnqueueOpts{Lane: "batch"})
 	for _, id := range ids {
-		e.waitState(id, ledger.Completed)
+		e.WaitState(id, ledger.Completed)
 	}
-	e.waitDead("batch", flaky, 1)
+	e.WaitDead("batch", flaky, 1)
 
-	var b historyBody
+	var b admintest.HistoryBody
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		var r resp
-		b, r = e.history("history")
-		if r.status != http.StatusOK {
-			t.Fatalf("GET history: %d %s", r.status, r.body)
+		var r admintest.Resp
+		b, r = e.History("history")
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET history: %d %s", r.Status, r.Body)
 		}
 		if b.Total.ProcessedTotal == 5 && b.Total.DeadTotal == 1 {
 			break
@@ -98,15 +81,15 @@ func TestHandler_History(t *testing.T) {
 	}
 
 	// One lane, fewer minutes.
-	one, r := e.history("history?lane=batch&minutes=5")
-	if r.status != http.StatusOK || one.Minutes != 5 || len(one.Lanes) != 1 || one.Lanes[0].Lane != "batch" ||
+	one, r := e.History("history?lane=batch&minutes=5")
+	if r.Status != http.StatusOK || one.Minutes != 5 || len(one.Lanes) != 1 || one.Lanes[0].Lane != "batch" ||
 		len(one.Total.Processed) != 5 || one.Total.ProcessedTotal != 2 || one.Total.DeadTotal != 1 {
-		t.Errorf("GET history?lane=batch&minutes=5: %d %s", r.status, r.body)
+		t.Errorf("GET history?lane=batch&minutes=5: %d %s", r.Status, r.Body)
 	}
 	// A known lane without counts has a zero series.
-	zero, r := e.history("history?lane=scheduled")
-	if r.status != http.StatusOK || len(zero.Lanes) != 1 || zero.Lanes[0].ProcessedTotal != 0 || len(zero.Lanes[0].Processed) != 60 {
-		t.Errorf("GET history?lane=scheduled: %d %s", r.status, r.body)
+	zero, r := e.History("history?lane=scheduled")
+	if r.Status != http.StatusOK || len(zero.Lanes) != 1 || zero.Lanes[0].ProcessedTotal != 0 || len(zero.Lanes[0].Processed) != 60 {
+		t.Errorf("GET history?lane=scheduled: %d %s", r.Status, r.Body)
 	}
 
 	for _, c := range []struct {
@@ -114,18 +97,18 @@ func TestHandler_History(t *testing.T) {
 		status      int
 		msg         string
 	}{
-		{"history?minutes=0", readSecret, http.StatusBadRequest, "minutes"},
-		{"history?minutes=1441", readSecret, http.StatusBadRequest, "minutes"},
-		{"history?minutes=abc", readSecret, http.StatusBadRequest, "minutes"},
-		{"history?lane=nosuchlane", readSecret, http.StatusBadRequest, "unknown lane"},
-		{"history?lane=bad%20lane", readSecret, http.StatusBadRequest, "lane"},
+		{"history?minutes=0", admintest.ReadSecret, http.StatusBadRequest, "minutes"},
+		{"history?minutes=1441", admintest.ReadSecret, http.StatusBadRequest, "minutes"},
+		{"history?minutes=abc", admintest.ReadSecret, http.StatusBadRequest, "minutes"},
+		{"history?lane=nosuchlane", admintest.ReadSecret, http.StatusBadRequest, "unknown lane"},
+		{"history?lane=bad%20lane", admintest.ReadSecret, http.StatusBadRequest, "lane"},
 		{"history", "", http.StatusUnauthorized, "authentication required"},
-		{"history", enqueueSecret, http.StatusForbidden, "role"},
-		{"history", acmeSecret, http.StatusForbidden, "tenant-scoped"},
+		{"history", admintest.EnqueueSecret, http.StatusForbidden, "role"},
+		{"history", admintest.AcmeSecret, http.StatusForbidden, "tenant-scoped"},
 	} {
-		r := e.call("GET", c.path, c.token, nil, nil)
-		if r.status != c.status || !strings.Contains(string(r.body), c.msg) {
-			t.Errorf("GET %s with %q: %d %s, want %d containing %q", c.path, c.token, r.status, r.body, c.status, c.msg)
+		r := e.Call("GET", c.path, c.token, nil, nil)
+		if r.Status != c.status || !strings.Contains(string(r.Body), c.msg) {
+			t.Errorf("GET %s with %q: %d %s, want %d containing %q", c.path, c.token, r.Status, r.Body, c.status, c.msg)
 		}
 	}
 }

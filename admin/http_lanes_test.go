@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 )
 
 // TestHandler_LaneEvents: pauses and resumes through the API are in the
@@ -14,14 +16,14 @@ import (
 // callers may not; bad input is a 400.
 func TestHandler_LaneEvents(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
+	e := admintest.New(t, "")
 	start := time.Now().Add(-time.Second)
 	for _, p := range []string{"lanes/batch/pause", "lanes/batch/pause", "lanes/batch/resume", "lanes/interactive/pause"} {
-		if r := e.call("POST", p, adminSecret, nil, nil); r.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", p, r.status, r.body)
+		if r := e.Call("POST", p, admintest.AdminSecret, nil, nil); r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", p, r.Status, r.Body)
 		}
 	}
-	if err := e.client.PauseLane(e.ctx, "batch", "operator:alice"); err != nil {
+	if err := e.Client.PauseLane(e.Ctx, "batch", "operator:alice"); err != nil {
 		t.Fatal(err)
 	}
 	type event struct {
@@ -33,13 +35,13 @@ func TestHandler_LaneEvents(t *testing.T) {
 	}
 	get := func(path, token string) []event {
 		t.Helper()
-		r := e.call("GET", path, token, nil, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+		r := e.Call("GET", path, token, nil, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, r.Status, r.Body)
 		}
 		var body struct{ Events []event }
-		if err := json.Unmarshal(r.body, &body); err != nil || body.Events == nil {
-			t.Fatalf("GET %s: %s (%v)", path, r.body, err)
+		if err := json.Unmarshal(r.Body, &body); err != nil || body.Events == nil {
+			t.Fatalf("GET %s: %s (%v)", path, r.Body, err)
 		}
 		for _, ev := range body.Events {
 			if ev.At.Before(start) || ev.At.After(time.Now().Add(time.Second)) || (ev.Action == "pause") != ev.Paused {
@@ -56,16 +58,16 @@ func TestHandler_LaneEvents(t *testing.T) {
 		return strings.Join(parts, ", ")
 	}
 	want := "batch pause operator:alice, interactive pause token:ops-admin, batch resume token:ops-admin, batch pause token:ops-admin"
-	if got := summary(get("lane-events", readSecret)); got != want {
+	if got := summary(get("lane-events", admintest.ReadSecret)); got != want {
 		t.Errorf("lane-events: %s\nwant %s", got, want)
 	}
-	if got := summary(get("lane-events?limit=2", adminSecret)); got != "batch pause operator:alice, interactive pause token:ops-admin" {
+	if got := summary(get("lane-events?limit=2", admintest.AdminSecret)); got != "batch pause operator:alice, interactive pause token:ops-admin" {
 		t.Errorf("lane-events?limit=2: %s", got)
 	}
-	if got := summary(get("lanes/batch/events", readSecret)); got != "batch pause operator:alice, batch resume token:ops-admin, batch pause token:ops-admin" {
+	if got := summary(get("lanes/batch/events", admintest.ReadSecret)); got != "batch pause operator:alice, batch resume token:ops-admin, batch pause token:ops-admin" {
 		t.Errorf("lanes/batch/events: %s", got)
 	}
-	if got := get("lanes/scheduled/events", readSecret); len(got) != 0 {
+	if got := get("lanes/scheduled/events", admintest.ReadSecret); len(got) != 0 {
 		t.Errorf("lanes/scheduled/events: %+v", got)
 	}
 
@@ -76,19 +78,19 @@ func TestHandler_LaneEvents(t *testing.T) {
 	}{
 		{"lane-events", "", http.StatusUnauthorized, "authentication required"},
 		{"lanes/batch/events", "", http.StatusUnauthorized, "authentication required"},
-		{"lane-events", enqueueSecret, http.StatusForbidden, "role"},
-		{"lane-events", globexSecret, http.StatusForbidden, "tenant-scoped"},
-		{"lanes/batch/events", acmeSecret, http.StatusForbidden, "tenant-scoped"},
-		{"lane-events?limit=-1", readSecret, http.StatusBadRequest, "limit"},
-		{"lane-events?limit=x", readSecret, http.StatusBadRequest, "limit"},
-		{"lanes/-bad/events", readSecret, http.StatusBadRequest, "lane"},
+		{"lane-events", admintest.EnqueueSecret, http.StatusForbidden, "role"},
+		{"lane-events", admintest.GlobexSecret, http.StatusForbidden, "tenant-scoped"},
+		{"lanes/batch/events", admintest.AcmeSecret, http.StatusForbidden, "tenant-scoped"},
+		{"lane-events?limit=-1", admintest.ReadSecret, http.StatusBadRequest, "limit"},
+		{"lane-events?limit=x", admintest.ReadSecret, http.StatusBadRequest, "limit"},
+		{"lanes/-bad/events", admintest.ReadSecret, http.StatusBadRequest, "lane"},
 	} {
-		r := e.call("GET", c.path, c.token, nil, nil)
-		if r.status != c.status || !strings.Contains(string(r.body), c.msg) {
-			t.Errorf("GET %s with %q: %d %s, want %d containing %q", c.path, c.token, r.status, r.body, c.status, c.msg)
+		r := e.Call("GET", c.path, c.token, nil, nil)
+		if r.Status != c.status || !strings.Contains(string(r.Body), c.msg) {
+			t.Errorf("GET %s with %q: %d %s, want %d containing %q", c.path, c.token, r.Status, r.Body, c.status, c.msg)
 		}
-		if c.status == http.StatusForbidden && strings.Contains(string(r.body), "ops-admin") {
-			t.Errorf("GET %s with %q leaks who paused: %s", c.path, c.token, r.body)
+		if c.status == http.StatusForbidden && strings.Contains(string(r.Body), "ops-admin") {
+			t.Errorf("GET %s with %q leaks who paused: %s", c.path, c.token, r.Body)
 		}
 	}
 }
@@ -97,20 +99,20 @@ func TestHandler_LaneEvents(t *testing.T) {
 // a lane nobody serves, for a tenant's token too, and creates no queue; so
 // do the dead-letter listing and pause.
 func TestHTTP_UnknownLanes(t *testing.T) {
-	e := newTestEnv(t, "")
-	for _, tok := range []string{enqueueSecret, acmeSecret} {
-		r := e.ingest(tok, "k-"+tok[:4], map[string]any{"kind": "test.greet", "lane": "nosuch", "args": map[string]string{"name": "x"}})
-		if r.status != 400 || !strings.Contains(string(r.body), `unknown lane \"nosuch\"`) {
-			t.Errorf("ingest to an unknown lane: %d %s", r.status, r.body)
+	e := admintest.New(t, "")
+	for _, tok := range []string{admintest.EnqueueSecret, admintest.AcmeSecret} {
+		r := e.Ingest(tok, "k-"+tok[:4], map[string]any{"kind": "test.greet", "lane": "nosuch", "args": map[string]string{"name": "x"}})
+		if r.Status != 400 || !strings.Contains(string(r.Body), `unknown lane \"nosuch\"`) {
+			t.Errorf("ingest to an unknown lane: %d %s", r.Status, r.Body)
 		}
 	}
-	if r := e.call("GET", "dead?lane=nosuch", adminSecret, nil, nil); r.status != 400 || !strings.Contains(string(r.body), "known lanes: batch") {
-		t.Errorf("GET dead?lane=nosuch: %d %s", r.status, r.body)
+	if r := e.Call("GET", "dead?lane=nosuch", admintest.AdminSecret, nil, nil); r.Status != 400 || !strings.Contains(string(r.Body), "known lanes: batch") {
+		t.Errorf("GET dead?lane=nosuch: %d %s", r.Status, r.Body)
 	}
-	if r := e.call("POST", "lanes/nosuch/pause", adminSecret, nil, nil); r.status != 400 {
-		t.Errorf("pause an unknown lane: %d %s", r.status, r.body)
+	if r := e.Call("POST", "lanes/nosuch/pause", admintest.AdminSecret, nil, nil); r.Status != 400 {
+		t.Errorf("pause an unknown lane: %d %s", r.Status, r.Body)
 	}
-	if s, err := e.b.Stats(e.ctx, "nosuch"); err != nil || s.Ready+s.DeadLettered != 0 {
+	if s, err := e.B.Stats(e.Ctx, "nosuch"); err != nil || s.Ready+s.DeadLettered != 0 {
 		t.Errorf("the unknown lane: %+v %v", s, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
@@ -38,8 +39,8 @@ func TestHandler_ReadyzHidesDetail(t *testing.T) {
 		t.Fatal(err)
 	}
 	L.Close() // the ledger is down
-	logs := &syncBuffer{}
-	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: testTokens(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	logs := &admintest.SyncBuffer{}
+	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: admintest.Tokens(), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,22 +67,22 @@ func TestHandler_ReadyzHidesDetail(t *testing.T) {
 // who paused a lane (another token's name).
 func TestHandler_TenantScopeLeaks(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	if r := e.call("GET", e.ts.URL+"/metrics", globexSecret, nil, nil); r.status != http.StatusForbidden {
-		t.Errorf("scoped /metrics: %d %s, want 403", r.status, r.body)
+	e := admintest.New(t, "")
+	if r := e.Call("GET", e.Server.URL+"/metrics", admintest.GlobexSecret, nil, nil); r.Status != http.StatusForbidden {
+		t.Errorf("scoped /metrics: %d %s, want 403", r.Status, r.Body)
 	}
-	if r := e.call("GET", e.ts.URL+"/metrics", readSecret, nil, nil); r.status != http.StatusOK {
-		t.Errorf("/metrics: %d %s", r.status, r.body)
+	if r := e.Call("GET", e.Server.URL+"/metrics", admintest.ReadSecret, nil, nil); r.Status != http.StatusOK {
+		t.Errorf("/metrics: %d %s", r.Status, r.Body)
 	}
-	if r := e.call("POST", "lanes/batch/pause", adminSecret, nil, nil); r.status != http.StatusOK {
-		t.Fatalf("pause: %d %s", r.status, r.body)
+	if r := e.Call("POST", "lanes/batch/pause", admintest.AdminSecret, nil, nil); r.Status != http.StatusOK {
+		t.Fatalf("pause: %d %s", r.Status, r.Body)
 	}
-	r := e.call("GET", "lanes", globexSecret, nil, nil)
-	if r.status != http.StatusOK || !strings.Contains(string(r.body), `"paused":true`) || strings.Contains(string(r.body), "ops-admin") {
-		t.Errorf("scoped GET lanes: %d %s, want batch paused without who", r.status, r.body)
+	r := e.Call("GET", "lanes", admintest.GlobexSecret, nil, nil)
+	if r.Status != http.StatusOK || !strings.Contains(string(r.Body), `"paused":true`) || strings.Contains(string(r.Body), "ops-admin") {
+		t.Errorf("scoped GET lanes: %d %s, want batch paused without who", r.Status, r.Body)
 	}
-	if r := e.call("GET", "lanes", readSecret, nil, nil); !strings.Contains(string(r.body), `"paused_by":"token:ops-admin"`) {
-		t.Errorf("unscoped GET lanes lacks paused_by: %s", r.body)
+	if r := e.Call("GET", "lanes", admintest.ReadSecret, nil, nil); !strings.Contains(string(r.Body), `"paused_by":"token:ops-admin"`) {
+		t.Errorf("unscoped GET lanes lacks paused_by: %s", r.Body)
 	}
 }
 
@@ -89,13 +90,13 @@ func TestHandler_TenantScopeLeaks(t *testing.T) {
 // lane's shard.
 func TestHandler_IngestionActorAndLanes(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	r := e.ingest(enqueueSecret, "actor-1", map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}})
-	if r.status != http.StatusAccepted {
-		t.Fatalf("ingest: %d %s", r.status, r.body)
+	e := admintest.New(t, "")
+	r := e.Ingest(admintest.EnqueueSecret, "actor-1", map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}})
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("ingest: %d %s", r.Status, r.Body)
 	}
-	id := r.json(t)["id"].(string)
-	evs, err := e.L.Events(e.ctx, id)
+	id := r.JSON(t)["id"].(string)
+	evs, err := e.L.Events(e.Ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,10 +110,10 @@ func TestHandler_IngestionActorAndLanes(t *testing.T) {
 		t.Errorf("%d submitted events by token:producer in %+v, want 1", n, evs)
 	}
 	// The same key again: a duplicate, no second event.
-	if r := e.ingest(enqueueSecret, "actor-1", map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}}); r.status != http.StatusAccepted || r.json(t)["duplicate"] != true {
-		t.Fatalf("duplicate: %d %s", r.status, r.body)
+	if r := e.Ingest(admintest.EnqueueSecret, "actor-1", map[string]any{"kind": "test.greet", "args": map[string]string{"name": "ada"}}); r.Status != http.StatusAccepted || r.JSON(t)["duplicate"] != true {
+		t.Fatalf("duplicate: %d %s", r.Status, r.Body)
 	}
-	evs, _ = e.L.Events(e.ctx, id)
+	evs, _ = e.L.Events(e.Ctx, id)
 	n = 0
 	for _, ev := range evs {
 		if ev.Reason == "submitted" {
@@ -122,9 +123,9 @@ func TestHandler_IngestionActorAndLanes(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d submitted events after a duplicate, want 1", n)
 	}
-	r = e.ingest(enqueueSecret, "shard-1", map[string]any{"kind": "test.flaky", "lane": "batch" + broker.FairShardSep + "3", "args": map[string]string{"item": "x"}})
-	if r.status != http.StatusBadRequest || !strings.Contains(r.errText(t), "shard") {
-		t.Errorf("a shard lane: %d %s, want 400", r.status, r.body)
+	r = e.Ingest(admintest.EnqueueSecret, "shard-1", map[string]any{"kind": "test.flaky", "lane": "batch" + broker.FairShardSep + "3", "args": map[string]string{"item": "x"}})
+	if r.Status != http.StatusBadRequest || !strings.Contains(r.ErrText(t), "shard") {
+		t.Errorf("a shard lane: %d %s, want 400", r.Status, r.Body)
 	}
 }
 
@@ -155,8 +156,8 @@ func TestOps_EnqueueLaneAllowList(t *testing.T) {
 // API calls have a deadline; an audit logger that drops Info is refused.
 func TestHandler_TimeoutsAndAuditLogger(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	h, err := admin.NewHandler(e.ops, admin.HandlerConfig{Tokens: testTokens(), RequestTimeout: time.Nanosecond,
+	e := admintest.New(t, "")
+	h, err := admin.NewHandler(e.Ops, admin.HandlerConfig{Tokens: admintest.Tokens(), RequestTimeout: time.Nanosecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestHandler_TimeoutsAndAuditLogger(t *testing.T) {
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/lanes", nil)
-	req.Header.Set("Authorization", "Bearer "+readSecret)
+	req.Header.Set("Authorization", "Bearer "+admintest.ReadSecret)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -177,18 +178,18 @@ func TestHandler_TimeoutsAndAuditLogger(t *testing.T) {
 	}
 
 	warn := slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if _, err := admin.NewHandler(e.ops, admin.HandlerConfig{Tokens: testTokens(), Logger: warn}); !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), "AuditLogger") {
+	if _, err := admin.NewHandler(e.Ops, admin.HandlerConfig{Tokens: admintest.Tokens(), Logger: warn}); !errors.Is(err, broker.ErrInvalid) || !strings.Contains(err.Error(), "AuditLogger") {
 		t.Errorf("a Warn-level logger as the audit log: %v", err)
 	}
-	audit := &syncBuffer{}
-	h, err = admin.NewHandler(e.ops, admin.HandlerConfig{Tokens: testTokens(), Logger: warn, AuditLogger: slog.New(slog.NewTextHandler(audit, nil))})
+	audit := &admintest.SyncBuffer{}
+	h, err = admin.NewHandler(e.Ops, admin.HandlerConfig{Tokens: admintest.Tokens(), Logger: warn, AuditLogger: slog.New(slog.NewTextHandler(audit, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts2 := httptest.NewServer(h)
 	t.Cleanup(ts2.Close)
 	req, _ = http.NewRequest("POST", ts2.URL+"/api/v1/lanes/batch/resume", nil)
-	req.Header.Set("Authorization", "Bearer "+adminSecret)
+	req.Header.Set("Authorization", "Bearer "+admintest.AdminSecret)
 	req.Header.Set("Content-Type", "application/json")
 	res, err = http.DefaultClient.Do(req)
 	if err != nil {

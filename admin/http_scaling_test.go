@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/scaling"
 )
 
@@ -15,25 +16,25 @@ import (
 // ("desired"); an unknown lane is a 404, a tenant token is refused.
 func TestHandler_Scaling(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
+	e := admintest.New(t, "")
 	var body struct {
 		Lanes   map[string]scaling.Signal `json:"lanes"`
 		Desired int                       `json:"desired"`
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := e.call("GET", "scaling", readSecret, nil, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("GET scaling: %d %s", r.status, r.body)
+		r := e.Call("GET", "scaling", admintest.ReadSecret, nil, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET scaling: %d %s", r.Status, r.Body)
 		}
-		if err := json.Unmarshal(r.body, &body); err != nil {
-			t.Fatalf("GET scaling: %s (%v)", r.body, err)
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatalf("GET scaling: %s (%v)", r.Body, err)
 		}
 		if body.Lanes["interactive"].Slots == 4 {
 			break // the test Server (4 slots, every lane) registered
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the fleet never showed the test Server: %s", r.body)
+			t.Fatalf("the fleet never showed the test Server: %s", r.Body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -47,18 +48,18 @@ func TestHandler_Scaling(t *testing.T) {
 		t.Errorf("total desired %d, want at least the 3 reserved slots", body.Desired)
 	}
 
-	r := e.call("GET", "scaling?lane=batch", readSecret, nil, nil)
+	r := e.Call("GET", "scaling?lane=batch", admintest.ReadSecret, nil, nil)
 	var one scaling.Signal
-	if r.status != http.StatusOK || json.Unmarshal(r.body, &one) != nil || one.Lane != "batch" {
-		t.Errorf("GET scaling?lane=batch: %d %s", r.status, r.body)
+	if r.Status != http.StatusOK || json.Unmarshal(r.Body, &one) != nil || one.Lane != "batch" {
+		t.Errorf("GET scaling?lane=batch: %d %s", r.Status, r.Body)
 	}
-	if r := e.call("GET", "scaling?lane=nope", readSecret, nil, nil); r.status != http.StatusNotFound {
-		t.Errorf("GET scaling?lane=nope: %d %s, want 404", r.status, r.body)
+	if r := e.Call("GET", "scaling?lane=nope", admintest.ReadSecret, nil, nil); r.Status != http.StatusNotFound {
+		t.Errorf("GET scaling?lane=nope: %d %s, want 404", r.Status, r.Body)
 	}
-	if r := e.call("GET", "scaling", globexSecret, nil, nil); r.status != http.StatusForbidden {
-		t.Errorf("GET scaling with a tenant token: %d, want 403", r.status)
+	if r := e.Call("GET", "scaling", admintest.GlobexSecret, nil, nil); r.Status != http.StatusForbidden {
+		t.Errorf("GET scaling with a tenant token: %d, want 403", r.Status)
 	}
-	if r := e.call("GET", "scaling", "", nil, nil); r.status != http.StatusUnauthorized {
-		t.Errorf("GET scaling anonymously: %d, want 401", r.status)
+	if r := e.Call("GET", "scaling", "", nil, nil); r.Status != http.StatusUnauthorized {
+		t.Errorf("GET scaling anonymously: %d, want 401", r.Status)
 	}
 }

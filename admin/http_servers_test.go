@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
@@ -24,14 +25,14 @@ import (
 // tokens, enqueue tokens and anonymous callers may not.
 func TestHandler_Servers(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
+	e := admintest.New(t, "")
 	reg := ledger.ServersOf(e.L)
 	if reg == nil {
 		t.Fatal("the SQLite ledger has no server registry")
 	}
 	// A server that died: its last heartbeat is older than three of its
 	// (1ms) intervals by the time the list is read.
-	if err := reg.RegisterServer(e.ctx, ledger.Server{ID: "dead-1", Host: "gone-host", PID: 99, Lanes: []string{"gpu"},
+	if err := reg.RegisterServer(e.Ctx, ledger.Server{ID: "dead-1", Host: "gone-host", PID: 99, Lanes: []string{"gpu"},
 		Slots: 2, Busy: 1, Version: "v0.9.0", Started: time.Now().Add(-time.Hour), Interval: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
@@ -43,13 +44,13 @@ func TestHandler_Servers(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := e.call("GET", "servers", readSecret, nil, nil)
-		if r.status != http.StatusOK {
-			t.Fatalf("GET servers: %d %s", r.status, r.body)
+		r := e.Call("GET", "servers", admintest.ReadSecret, nil, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET servers: %d %s", r.Status, r.Body)
 		}
 		body.Servers = nil
-		if err := json.Unmarshal(r.body, &body); err != nil {
-			t.Fatalf("GET servers: %s (%v)", r.body, err)
+		if err := json.Unmarshal(r.Body, &body); err != nil {
+			t.Fatalf("GET servers: %s (%v)", r.Body, err)
 		}
 		if len(body.Servers) == 2 {
 			break
@@ -82,15 +83,15 @@ func TestHandler_Servers(t *testing.T) {
 	}
 
 	// The lanes registered servers serve are known lanes.
-	known, err := e.ops.KnownLanes(e.ctx)
+	known, err := e.Ops.KnownLanes(e.Ctx)
 	if err != nil || !slices.Contains(known, "gpu") {
 		t.Errorf("KnownLanes = %v, %v; want gpu (served by a registered server)", known, err)
 	}
-	if r := e.call("GET", "dead?lane=gpu", readSecret, nil, nil); r.status != http.StatusOK {
-		t.Errorf("GET dead?lane=gpu: %d %s; a registered server's lane must be known", r.status, r.body)
+	if r := e.Call("GET", "dead?lane=gpu", admintest.ReadSecret, nil, nil); r.Status != http.StatusOK {
+		t.Errorf("GET dead?lane=gpu: %d %s; a registered server's lane must be known", r.Status, r.Body)
 	}
-	if r := e.call("GET", "dead?lane=nosuchlane", readSecret, nil, nil); r.status != http.StatusBadRequest {
-		t.Errorf("GET dead?lane=nosuchlane: %d %s; want 400", r.status, r.body)
+	if r := e.Call("GET", "dead?lane=nosuchlane", admintest.ReadSecret, nil, nil); r.Status != http.StatusBadRequest {
+		t.Errorf("GET dead?lane=nosuchlane: %d %s; want 400", r.Status, r.Body)
 	}
 
 	for _, c := range []struct {
@@ -99,13 +100,13 @@ func TestHandler_Servers(t *testing.T) {
 		msg    string
 	}{
 		{"", http.StatusUnauthorized, "authentication required"},
-		{enqueueSecret, http.StatusForbidden, "role"},
-		{globexSecret, http.StatusForbidden, "tenant-scoped"},
-		{acmeSecret, http.StatusForbidden, "tenant-scoped"},
+		{admintest.EnqueueSecret, http.StatusForbidden, "role"},
+		{admintest.GlobexSecret, http.StatusForbidden, "tenant-scoped"},
+		{admintest.AcmeSecret, http.StatusForbidden, "tenant-scoped"},
 	} {
-		r := e.call("GET", "servers", c.token, nil, nil)
-		if r.status != c.status || !strings.Contains(string(r.body), c.msg) || strings.Contains(string(r.body), "gone-host") {
-			t.Errorf("GET servers with %q: %d %s, want %d containing %q", c.token, r.status, r.body, c.status, c.msg)
+		r := e.Call("GET", "servers", c.token, nil, nil)
+		if r.Status != c.status || !strings.Contains(string(r.Body), c.msg) || strings.Contains(string(r.Body), "gone-host") {
+			t.Errorf("GET servers with %q: %d %s, want %d containing %q", c.token, r.Status, r.Body, c.status, c.msg)
 		}
 	}
 }
@@ -126,14 +127,14 @@ func TestOps_ServersNoLedger(t *testing.T) {
 	if _, err := ops.Servers(t.Context()); !errors.Is(err, admin.ErrNoLedger) {
 		t.Fatalf("Servers without a ledger: %v, want ErrNoLedger", err)
 	}
-	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: testTokens()})
+	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: admintest.Tokens()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(h)
 	t.Cleanup(ts.Close)
 	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/servers", nil)
-	req.Header.Set("Authorization", "Bearer "+readSecret)
+	req.Header.Set("Authorization", "Bearer "+admintest.ReadSecret)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

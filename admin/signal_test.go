@@ -16,6 +16,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
@@ -49,7 +50,7 @@ func TestHandler_SignalCallback(t *testing.T) {
 	srv, _ := switchyard.NewServer(b, &switchyard.ServerConfig{Ledger: L, Slots: 4, PollWait: 50 * time.Millisecond, Lease: 5 * time.Second})
 	var mu sync.Mutex
 	tokens, decisions := map[string]string{}, map[string]string{}
-	must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[approvalArgs]) error {
+	admintest.Must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[approvalArgs]) error {
 		tok, err := switchyard.EventToken(ctx, "decision", time.Hour, nil)
 		if err != nil {
 			return err
@@ -66,14 +67,14 @@ func TestHandler_SignalCallback(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, nil))
-	must(t, srv.Start(ctx))
+	admintest.Must(t, srv.Start(ctx))
 	defer srv.Stop(context.Background())
 	ops, err := admin.New(admin.Config{Broker: b, Ledger: L})
 	if err != nil {
 		t.Fatal(err)
 	}
-	audit := &syncBuffer{}
-	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: testTokens(), AuditLogger: slog.New(slog.NewTextHandler(audit, nil)),
+	audit := &admintest.SyncBuffer{}
+	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: admintest.Tokens(), AuditLogger: slog.New(slog.NewTextHandler(audit, nil)),
 		Logger: slog.New(slog.NewTextHandler(audit, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -156,15 +157,15 @@ func TestHandler_SignalCallback(t *testing.T) {
 	for _, c := range []struct {
 		secret string
 		want   int
-	}{{readSecret, http.StatusForbidden}, {globexSecret, http.StatusForbidden}, {"", http.StatusUnauthorized}} {
+	}{{admintest.ReadSecret, http.StatusForbidden}, {admintest.GlobexSecret, http.StatusForbidden}, {"", http.StatusUnauthorized}} {
 		if st, body := post(path, c.secret, "application/json", `{"verdict":"x"}`, nil); st != c.want {
 			t.Errorf("signal with %q: %d %s, want %d", c.secret, st, body, c.want)
 		}
 	}
-	if st, body := post("tasks/"+bt.ID+"/signals/other", adminSecret, "application/json", `{}`, nil); st != http.StatusNotFound {
+	if st, body := post("tasks/"+bt.ID+"/signals/other", admintest.AdminSecret, "application/json", `{}`, nil); st != http.StatusNotFound {
 		t.Errorf("unknown wait name: %d %s", st, body)
 	}
-	st, body := post(path, acmeSecret, "application/json", `{"verdict":"ok"}`, nil)
+	st, body := post(path, admintest.AcmeSecret, "application/json", `{"verdict":"ok"}`, nil)
 	var out map[string]any
 	_ = json.Unmarshal([]byte(body), &out)
 	if st != http.StatusOK || out["resumed"] != true || out["id"] != bt.ID {
@@ -182,13 +183,13 @@ func TestHandler_SignalCallback(t *testing.T) {
 	mu.Lock()
 	ctok := tokens[ct.ID]
 	mu.Unlock()
-	if st, body := post("tasks/"+ct.ID+"/cancel", adminSecret, "application/json", `{"reason":"no longer needed"}`, nil); st != http.StatusOK || !strings.Contains(body, `"cancelled"`) {
+	if st, body := post("tasks/"+ct.ID+"/cancel", admintest.AdminSecret, "application/json", `{"reason":"no longer needed"}`, nil); st != http.StatusOK || !strings.Contains(body, `"cancelled"`) {
 		t.Fatalf("cancel a parked task: %d %s", st, body)
 	}
 	if st, body := post("signals/"+ctok, "", "application/json", `{"verdict":"late"}`, nil); st != http.StatusConflict {
 		t.Errorf("signal to a cancelled task: %d %s, want 409", st, body)
 	}
-	if st, body := post("tasks/"+ct.ID+"/cancel", adminSecret, "application/json", `{}`, nil); st != http.StatusConflict {
+	if st, body := post("tasks/"+ct.ID+"/cancel", admintest.AdminSecret, "application/json", `{}`, nil); st != http.StatusConflict {
 		t.Errorf("second cancel: %d %s, want 409", st, body)
 	}
 	evs, err := L.Events(ctx, ct.ID)

@@ -2,7 +2,6 @@ package admin_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger/sqlite"
@@ -24,7 +24,7 @@ import (
 // newSpendEnv is an admin API over a SQLite ledger whose spend rows hold
 // four calls: acme's two gpt-a calls an hour apart, acme's gpt-b call and
 // globex's gpt-a call, all within the last three hours.
-func newSpendEnv(t *testing.T) (*testEnv, time.Time) {
+func newSpendEnv(t *testing.T) (*admintest.Env, time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -57,35 +57,23 @@ func newSpendEnv(t *testing.T) (*testEnv, time.Time) {
 		{"globex", "gpt-a", 80 * time.Minute, spend.Usage{Input: 10, Output: 1}, 70},
 	} {
 		id := "call-" + string(rune('a'+i))
-		must(t, st.ReserveSpend(ctx, limits.SpendReservation{ID: id, TaskID: "task-" + id, Tenant: c.tenant, Provider: "openai", Model: c.model,
+		admintest.Must(t, st.ReserveSpend(ctx, limits.SpendReservation{ID: id, TaskID: "task-" + id, Tenant: c.tenant, Provider: "openai", Model: c.model,
 			Estimate: c.cost * 2, Now: base.Add(c.at)}))
-		must(t, st.SettleSpend(ctx, id, c.u, c.cost))
+		admintest.Must(t, st.SettleSpend(ctx, id, c.u, c.cost))
 	}
 	ops, err := admin.New(admin.Config{Broker: b, Ledger: L, Spend: st})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: testTokens()})
+	h, err := admin.NewHandler(ops, admin.HandlerConfig{Tokens: admintest.Tokens()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &testEnv{t: t, ctx: ctx, logs: &syncBuffer{}, L: L, b: b, ops: ops}
-	e.ts = httptest.NewServer(h)
-	t.Cleanup(e.ts.Close)
-	e.api = e.ts.URL + "/api/v1/"
+	e := &admintest.Env{T: t, Ctx: ctx, Logs: &admintest.SyncBuffer{}, L: L, B: b, Ops: ops}
+	e.Server = httptest.NewServer(h)
+	t.Cleanup(e.Server.Close)
+	e.API = e.Server.URL + "/api/v1/"
 	return e, base
-}
-
-func (e *testEnv) spend(path, token string) (admin.SpendInfo, resp) {
-	e.t.Helper()
-	r := e.call("GET", path, token, nil, nil)
-	var info admin.SpendInfo
-	if r.status == http.StatusOK {
-		if err := json.Unmarshal(r.body, &info); err != nil {
-			e.t.Fatalf("GET %s: %s (%v)", path, r.body, err)
-		}
-	}
-	return info, r
 }
 
 // TestHandler_Spend: GET /api/v1/spend sums the ledger's spend rows by
@@ -96,9 +84,9 @@ func TestHandler_Spend(t *testing.T) {
 	t.Parallel()
 	e, base := newSpendEnv(t)
 	since, until := base.Format(time.RFC3339), base.Add(3*time.Hour).Format(time.RFC3339)
-	info, r := e.spend("spend?since="+since+"&until="+until+"&step=1h", readSecret)
-	if r.status != http.StatusOK {
-		t.Fatalf("GET spend: %d %s", r.status, r.body)
+	info, r := e.Spend("spend?since="+since+"&until="+until+"&step=1h", admintest.ReadSecret)
+	if r.Status != http.StatusOK {
+		t.Fatalf("GET spend: %d %s", r.Status, r.Body)
 	}
 	if info.Buckets != 3 || info.StepMS != 3_600_000 || len(info.Series) != 3 || strings.Join(info.By, ",") != "tenant,model" {
 		t.Fatalf("spend = %+v", info)
@@ -120,19 +108,19 @@ func TestHandler_Spend(t *testing.T) {
 	}
 
 	// A tenant-scoped token reads its own tenant, whatever it asks.
-	own, r := e.spend("spend?since="+since+"&until="+until+"&step=1h", globexSecret)
-	if r.status != http.StatusOK || own.Tenant != "globex" || len(own.Series) != 1 || own.Total.Micros != 70 {
-		t.Errorf("globex's own spend: %d %s", r.status, r.body)
+	own, r := e.Spend("spend?since="+since+"&until="+until+"&step=1h", admintest.GlobexSecret)
+	if r.Status != http.StatusOK || own.Tenant != "globex" || len(own.Series) != 1 || own.Total.Micros != 70 {
+		t.Errorf("globex's own spend: %d %s", r.Status, r.Body)
 	}
 	// Filtered by tenant, grouped by model only; the default range (the
 	// last 24 h) in its default 24 steps.
-	byModel, r := e.spend("spend?tenant=acme&by=model", readSecret)
-	if r.status != http.StatusOK || byModel.Buckets != 24 || byModel.StepMS != 3_600_000 || len(byModel.Series) != 2 || byModel.Total.Micros != 3_500 {
-		t.Errorf("acme by model: %d %s", r.status, r.body)
+	byModel, r := e.Spend("spend?tenant=acme&by=model", admintest.ReadSecret)
+	if r.Status != http.StatusOK || byModel.Buckets != 24 || byModel.StepMS != 3_600_000 || len(byModel.Series) != 2 || byModel.Total.Micros != 3_500 {
+		t.Errorf("acme by model: %d %s", r.Status, r.Body)
 	}
 	// since as a duration back from until.
-	if d, r := e.spend("spend?since=3h&until="+url.QueryEscape(until)+"&step=30m", readSecret); r.status != http.StatusOK || d.Buckets != 6 || d.Total.Micros != 3_570 {
-		t.Errorf("since=3h: %d %s", r.status, r.body)
+	if d, r := e.Spend("spend?since=3h&until="+url.QueryEscape(until)+"&step=30m", admintest.ReadSecret); r.Status != http.StatusOK || d.Buckets != 6 || d.Total.Micros != 3_570 {
+		t.Errorf("since=3h: %d %s", r.Status, r.Body)
 	}
 
 	for _, c := range []struct {
@@ -140,35 +128,35 @@ func TestHandler_Spend(t *testing.T) {
 		status       int
 		msg          string
 	}{
-		{"since=" + until + "&until=" + since, readSecret, 400, "inverted"},
-		{"since=" + since + "&until=" + since, readSecret, 400, "empty or inverted"},
-		{"since=1969-12-31T00:00:00Z&until=" + until, readSecret, 400, "outside"},
-		{"since=" + since + "&until=2262-04-12T00:00:00Z&step=8760h", readSecret, 400, "outside"},
-		{"since=" + since + "&until=9999-01-01T00:00:00Z", readSecret, 400, "outside"},
-		{"since=500000h", readSecret, 400, "beyond 1970"},
-		{"since=9999999999999h", readSecret, 400, "since"},
-		{"since=-1h", readSecret, 400, "positive duration"},
-		{"since=yesterday", readSecret, 400, "since"},
-		{"since=2026-13-01T00:00:00Z", readSecret, 400, "RFC 3339"},
-		{"until=tomorrow", readSecret, 400, "until"},
-		{"step=30s", readSecret, 400, "shorter than 1m0s"},
-		{"step=0", readSecret, 400, "positive duration"},
-		{"step=1x", readSecret, 400, "step"},
-		{"since=8760h&step=1m", readSecret, 400, "more than 1000"},
-		{"by=payload", readSecret, 400, "cannot group spend by"},
-		{"by=model,model", readSecret, 400, "twice"},
-		{"tenant=" + strings.Repeat("x", 300), readSecret, 400, "longer than 256"},
-		{"tenant=a%00b", readSecret, 400, "control character"},
-		{"tenant=%ff", readSecret, 400, "UTF-8"},
-		{"tenant=acme", globexSecret, 403, "cannot read tenant"},
-		{"limit=5", readSecret, 400, "unknown parameter"},
-		{"step=1h&step=2h", readSecret, 400, "given 2 times"},
+		{"since=" + until + "&until=" + since, admintest.ReadSecret, 400, "inverted"},
+		{"since=" + since + "&until=" + since, admintest.ReadSecret, 400, "empty or inverted"},
+		{"since=1969-12-31T00:00:00Z&until=" + until, admintest.ReadSecret, 400, "outside"},
+		{"since=" + since + "&until=2262-04-12T00:00:00Z&step=8760h", admintest.ReadSecret, 400, "outside"},
+		{"since=" + since + "&until=9999-01-01T00:00:00Z", admintest.ReadSecret, 400, "outside"},
+		{"since=500000h", admintest.ReadSecret, 400, "beyond 1970"},
+		{"since=9999999999999h", admintest.ReadSecret, 400, "since"},
+		{"since=-1h", admintest.ReadSecret, 400, "positive duration"},
+		{"since=yesterday", admintest.ReadSecret, 400, "since"},
+		{"since=2026-13-01T00:00:00Z", admintest.ReadSecret, 400, "RFC 3339"},
+		{"until=tomorrow", admintest.ReadSecret, 400, "until"},
+		{"step=30s", admintest.ReadSecret, 400, "shorter than 1m0s"},
+		{"step=0", admintest.ReadSecret, 400, "positive duration"},
+		{"step=1x", admintest.ReadSecret, 400, "step"},
+		{"since=8760h&step=1m", admintest.ReadSecret, 400, "more than 1000"},
+		{"by=payload", admintest.ReadSecret, 400, "cannot group spend by"},
+		{"by=model,model", admintest.ReadSecret, 400, "twice"},
+		{"tenant=" + strings.Repeat("x", 300), admintest.ReadSecret, 400, "longer than 256"},
+		{"tenant=a%00b", admintest.ReadSecret, 400, "control character"},
+		{"tenant=%ff", admintest.ReadSecret, 400, "UTF-8"},
+		{"tenant=acme", admintest.GlobexSecret, 403, "cannot read tenant"},
+		{"limit=5", admintest.ReadSecret, 400, "unknown parameter"},
+		{"step=1h&step=2h", admintest.ReadSecret, 400, "given 2 times"},
 		{"", "", 401, "authentication required"},
-		{"", enqueueSecret, 403, "role"},
+		{"", admintest.EnqueueSecret, 403, "role"},
 	} {
-		r := e.call("GET", "spend?"+c.query, c.token, nil, nil)
-		if r.status != c.status || !strings.Contains(string(r.body), c.msg) {
-			t.Errorf("GET spend?%s with %q: %d %s, want %d containing %q", c.query, c.token, r.status, r.body, c.status, c.msg)
+		r := e.Call("GET", "spend?"+c.query, c.token, nil, nil)
+		if r.Status != c.status || !strings.Contains(string(r.Body), c.msg) {
+			t.Errorf("GET spend?%s with %q: %d %s, want %d containing %q", c.query, c.token, r.Status, r.Body, c.status, c.msg)
 		}
 	}
 }
@@ -177,12 +165,12 @@ func TestHandler_Spend(t *testing.T) {
 // that says why, and Ops.Spend is ErrNoSpend.
 func TestHandler_SpendNotConfigured(t *testing.T) {
 	t.Parallel()
-	e := newTestEnv(t, "")
-	r := e.call("GET", "spend", readSecret, nil, nil)
-	if r.status != http.StatusNotImplemented || !strings.Contains(r.errText(t), "no spend store") {
-		t.Fatalf("GET spend without a store: %d %s", r.status, r.body)
+	e := admintest.New(t, "")
+	r := e.Call("GET", "spend", admintest.ReadSecret, nil, nil)
+	if r.Status != http.StatusNotImplemented || !strings.Contains(r.ErrText(t), "no spend store") {
+		t.Fatalf("GET spend without a store: %d %s", r.Status, r.Body)
 	}
-	if _, err := e.ops.Spend(e.ctx, admin.Scope{}, admin.SpendQuery{}); !errors.Is(err, admin.ErrNoSpend) {
+	if _, err := e.Ops.Spend(e.Ctx, admin.Scope{}, admin.SpendQuery{}); !errors.Is(err, admin.ErrNoSpend) {
 		t.Fatalf("Ops.Spend = %v", err)
 	}
 }

@@ -4,4 +4,8 @@
 // runs it:
 //
 //	cd admin/browsertest && go test ./...
+//
+// The server the dashboard runs against (broker, ledger, a running Server,
+// the handler and its tokens) is admin/internal/admintest, the environment
+// admin's own HTTP tests use.
 package browsertest

@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -156,23 +157,23 @@ func (b *browser) screenshot(name string) {
 // complete; without a token the API refuses, and the read-only token is
 // refused replay.
 func TestDashboard_Browser(t *testing.T) {
-	e := newTestEnv(t, "/admin")
+	e := admintest.New(t, "/admin")
 	br := newBrowser(t)
 
 	// Tasks in several states: completed, dead (twice), awaiting review,
 	// queued for later.
-	done := e.enqueue(greetArgs{Name: "grace"}, &switchyard.EnqueueOpts{Lane: "interactive"})
-	dead := e.enqueue(flakyArgs{Item: "sku-42"}, &switchyard.EnqueueOpts{Lane: "batch"})
-	e.waitDead("batch", dead, 1)
-	dead2 := e.enqueue(flakyArgs{Item: "sku-99"}, &switchyard.EnqueueOpts{Lane: "batch"})
-	e.waitDead("batch", dead2, 2)
-	review := e.enqueue(refundArgs{Order: "R-7", Amount: 4200}, &switchyard.EnqueueOpts{Lane: "interactive"})
-	later := e.enqueue(greetArgs{Name: "later"}, &switchyard.EnqueueOpts{Delay: time.Hour})
-	e.waitState(done, ledger.Completed)
-	e.waitState(review, ledger.AwaitingReview)
-	e.waitState(later, ledger.Queued)
+	done := e.Enqueue(admintest.GreetArgs{Name: "grace"}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	dead := e.Enqueue(admintest.FlakyArgs{Item: "sku-42"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	e.WaitDead("batch", dead, 1)
+	dead2 := e.Enqueue(admintest.FlakyArgs{Item: "sku-99"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	e.WaitDead("batch", dead2, 2)
+	review := e.Enqueue(admintest.RefundArgs{Order: "R-7", Amount: 4200}, &switchyard.EnqueueOpts{Lane: "interactive"})
+	later := e.Enqueue(admintest.GreetArgs{Name: "later"}, &switchyard.EnqueueOpts{Delay: time.Hour})
+	e.WaitState(done, ledger.Completed)
+	e.WaitState(review, ledger.AwaitingReview)
+	e.WaitState(later, ledger.Queued)
 
-	page := e.ts.URL + "/admin/"
+	page := e.Server.URL + "/admin/"
 	br.do("load the dashboard", 30*time.Second,
 		chromedp.Navigate(page),
 		chromedp.WaitVisible(chromedp.ID("token-input")))
@@ -185,14 +186,14 @@ func TestDashboard_Browser(t *testing.T) {
 
 	// A token that may only enqueue is turned away with a reason.
 	br.do("sign in with the enqueue token", 20*time.Second,
-		chromedp.SendKeys(chromedp.ID("token-input"), enqueueSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.EnqueueSecret),
 		chromedp.Click(chromedp.ID("token-submit")))
 	br.waitJS("the enqueue token is refused", `document.getElementById("token-error").textContent.includes("only enqueue")`, 10*time.Second)
 
 	// Sign in as admin; the lanes render.
 	br.do("sign in", 30*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("token-input").value = ""`),
-		chromedp.SendKeys(chromedp.ID("token-input"), adminSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AdminSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	for _, lane := range []string{"interactive", "scheduled", "batch", "human-review"} {
@@ -208,10 +209,10 @@ func TestDashboard_Browser(t *testing.T) {
 	// Two polls give the trend line its first segment.
 	br.waitJS("sparkline", `document.querySelector('[data-testid="lane-batch"] svg.spark polyline') !== null`, 15*time.Second)
 	// A lane card names who last paused or resumed the lane.
-	if err := e.client.PauseLane(e.ctx, "scheduled", "operator:zoe"); err != nil {
+	if err := e.Client.PauseLane(e.Ctx, "scheduled", "operator:zoe"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.client.ResumeLane(e.ctx, "scheduled", "operator:zoe"); err != nil {
+	if err := e.Client.ResumeLane(e.Ctx, "scheduled", "operator:zoe"); err != nil {
 		t.Fatal(err)
 	}
 	br.waitJS("scheduled lane shows its last resume", `((document.querySelector('[data-testid="lane-scheduled"] [data-testid="lane-last"]') || {}).textContent || "").startsWith("resumed by operator:zoe")`, 10*time.Second)
@@ -224,8 +225,8 @@ func TestDashboard_Browser(t *testing.T) {
 	if r := br.text(`tr[data-id="` + dead + `"] [data-testid="dead-reason"]`); r != "max_attempts" {
 		t.Errorf("dead letter reason %q, want max_attempts", r)
 	}
-	if s := br.text(`tr[data-id="` + dead + `"] [data-testid="dead-error"]`); !strings.Contains(s, flakyErrorText) {
-		t.Errorf("dead letter error %q, want %q", s, flakyErrorText)
+	if s := br.text(`tr[data-id="` + dead + `"] [data-testid="dead-error"]`); !strings.Contains(s, admintest.FlakyErrorText) {
+		t.Errorf("dead letter error %q, want %q", s, admintest.FlakyErrorText)
 	}
 	br.screenshot("dead-letters")
 
@@ -271,7 +272,7 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Errorf("result panel of a cancelled task %q", s)
 	}
 	br.screenshot("task-cancelled")
-	if tk := e.waitState(later, ledger.Cancelled); !strings.Contains(tk.LastError, "cancelled in the browser test") {
+	if tk := e.WaitState(later, ledger.Cancelled); !strings.Contains(tk.LastError, "cancelled in the browser test") {
 		t.Errorf("cancelled task's error %q", tk.LastError)
 	}
 
@@ -286,11 +287,11 @@ func TestDashboard_Browser(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("confirm-input"), "approved in the browser test"),
 		chromedp.Click(chromedp.ID("confirm-ok")),
 		chromedp.WaitNotPresent(chromedp.CSS(`[data-testid="review-`+review+`"]`)))
-	e.waitState(review, ledger.Completed)
+	e.WaitState(review, ledger.Completed)
 
 	// Replay the dead letter through the UI, now that its handler works,
 	// and watch it complete.
-	e.fixed.Store(true)
+	e.Fixed.Store(true)
 	br.do("replay the dead letter", 30*time.Second,
 		chromedp.Click(chromedp.ID("tab-dead")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="replay-`+dead+`"]`)),
@@ -301,8 +302,8 @@ func TestDashboard_Browser(t *testing.T) {
 	br.waitJS("the replayed task completes in the task view",
 		`document.getElementById("task-id").textContent === "`+dead+`" && document.getElementById("task-state").textContent === "completed"`, 30*time.Second)
 	br.screenshot("replayed")
-	e.waitState(dead, ledger.Completed)
-	evs, err := e.L.Events(e.ctx, dead)
+	e.WaitState(dead, ledger.Completed)
+	evs, err := e.L.Events(e.Ctx, dead)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestDashboard_Browser(t *testing.T) {
 	br.do("sign in read-only", 30*time.Second,
 		chromedp.Click(chromedp.ID("signout")),
 		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), readSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.ReadSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitNotVisible(chromedp.ID("token-input")))
 	br.do("read-only dead letters", 20*time.Second,
@@ -330,15 +331,15 @@ func TestDashboard_Browser(t *testing.T) {
 	}
 	st := evalIn[int](br, "read-only replay", fmt.Sprintf(`fetch("api/v1/dead/replay", {method: "POST",
 		headers: {"Authorization": "Bearer %s", "Content-Type": "application/json"},
-		body: JSON.stringify({ids: [%q]})}).then(r => r.status)`, readSecret, dead2))
+		body: JSON.stringify({ids: [%q]})}).then(r => r.status)`, admintest.ReadSecret, dead2))
 	if st != 403 {
 		t.Errorf("replay with the read-only token from the page: %d, want 403", st)
 	}
 	br.screenshot("read-only")
-	if s, err := e.b.Stats(e.ctx, "batch"); err != nil || s.DeadLettered != 1 {
+	if s, err := e.B.Stats(e.Ctx, "batch"); err != nil || s.DeadLettered != 1 {
 		t.Errorf("batch after the refused replay: %+v, %v; want the one dead letter left", s, err)
 	}
-	if tk := e.waitState(dead2, ledger.Dead); tk.State != ledger.Dead {
+	if tk := e.WaitState(dead2, ledger.Dead); tk.State != ledger.Dead {
 		t.Errorf("dead2 is %s", tk.State)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/switchyard-dev/switchyard"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -20,42 +21,42 @@ import (
 // all of it fits a 390 px viewport; a tenant's token is told why it sees
 // no history.
 func TestDashboard_HistoryAndBulk(t *testing.T) {
-	e := newTestEnv(t, "/admin")
+	e := admintest.New(t, "/admin")
 	br := newBrowser(t)
 
 	var dead []string
 	for i, item := range []string{"b-1", "b-2", "b-3"} {
-		id := e.enqueue(flakyArgs{Item: item}, &switchyard.EnqueueOpts{Lane: "batch"})
-		e.waitDead("batch", id, int64(i+1))
+		id := e.Enqueue(admintest.FlakyArgs{Item: item}, &switchyard.EnqueueOpts{Lane: "batch"})
+		e.WaitDead("batch", id, int64(i+1))
 		dead = append(dead, id)
 	}
 	for _, n := range []string{"ann", "bob"} {
-		e.waitState(e.enqueue(greetArgs{Name: n}, &switchyard.EnqueueOpts{Lane: "interactive"}), ledger.Completed)
+		e.WaitState(e.Enqueue(admintest.GreetArgs{Name: n}, &switchyard.EnqueueOpts{Lane: "interactive"}), ledger.Completed)
 	}
 	var later []string
 	for range 2 {
-		later = append(later, e.enqueue(greetArgs{Name: "later"}, &switchyard.EnqueueOpts{Lane: "scheduled", Delay: time.Hour}))
+		later = append(later, e.Enqueue(admintest.GreetArgs{Name: "later"}, &switchyard.EnqueueOpts{Lane: "scheduled", Delay: time.Hour}))
 	}
 	// Wait until the Server's counts reach the ledger: 3 flaky tasks
 	// failed twice each and died, 2 greetings succeeded.
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		r := e.call("GET", "history", readSecret, nil, nil)
-		var b historyBody
-		_ = json.Unmarshal(r.body, &b)
-		if r.status == http.StatusOK && b.Total.ProcessedTotal == 8 && b.Total.DeadTotal == 3 {
+		r := e.Call("GET", "history", admintest.ReadSecret, nil, nil)
+		var b admintest.HistoryBody
+		_ = json.Unmarshal(r.Body, &b)
+		if r.Status == http.StatusOK && b.Total.ProcessedTotal == 8 && b.Total.DeadTotal == 3 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the history never showed the tasks: %d %s", r.status, r.body)
+			t.Fatalf("the history never showed the tasks: %d %s", r.Status, r.Body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 
 	br.do("load the dashboard", 30*time.Second,
-		chromedp.Navigate(e.ts.URL+"/admin/"),
+		chromedp.Navigate(e.Server.URL+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as admin", 30*time.Second,
-		chromedp.SendKeys(chromedp.ID("token-input"), adminSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AdminSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	br.do("phone viewport", 20*time.Second, chromedp.EmulateViewport(390, 844))
@@ -98,12 +99,12 @@ func TestDashboard_HistoryAndBulk(t *testing.T) {
 	if got := evalIn[string](br, "the one left", `document.querySelector('[data-testid="dead-row"]').dataset.id`); got != dead[2] {
 		t.Errorf("left after the purge: %s, want %s", got, dead[2])
 	}
-	e.fixed.Store(true)
+	e.Fixed.Store(true)
 	br.do("select all", 10*time.Second, chromedp.Click(chromedp.ID("dead-select-all")))
 	br.waitJS("one selected", `document.getElementById("dead-bulk-count").textContent === "1 selected"`, 10*time.Second)
 	br.do("replay", 10*time.Second, chromedp.Click(chromedp.ID("dead-bulk-replay")), chromedp.WaitVisible(chromedp.ID("confirm-ok")),
 		chromedp.Click(chromedp.ID("confirm-ok")))
-	e.waitState(dead[2], ledger.Completed)
+	e.WaitState(dead[2], ledger.Completed)
 	for _, id := range dead[:2] {
 		if ev := lastEventOf(t, e, id); ev.Reason != "purged" {
 			t.Errorf("purged %s: last event %+v", id, ev)
@@ -119,7 +120,7 @@ func TestDashboard_HistoryAndBulk(t *testing.T) {
 	br.do("cancel them", 10*time.Second, chromedp.Click(chromedp.ID("tasks-bulk-cancel")), chromedp.WaitVisible(chromedp.ID("confirm-ok")),
 		chromedp.SendKeys(chromedp.ID("confirm-input"), "not needed"), chromedp.Click(chromedp.ID("confirm-ok")))
 	for _, id := range later {
-		if tk := e.waitState(id, ledger.Cancelled); tk.LastError == "" && !strings.Contains(lastEventOf(t, e, id).Detail, "not needed") {
+		if tk := e.WaitState(id, ledger.Cancelled); tk.LastError == "" && !strings.Contains(lastEventOf(t, e, id).Detail, "not needed") {
 			t.Errorf("cancelled %s without the reason: %+v", id, tk)
 		}
 	}
@@ -128,7 +129,7 @@ func TestDashboard_HistoryAndBulk(t *testing.T) {
 	br.do("sign out", 20*time.Second, chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as acme", 30*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("token-input").value = ""`),
-		chromedp.SendKeys(chromedp.ID("token-input"), acmeSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AcmeSecret),
 		chromedp.Click(chromedp.ID("token-submit")))
 	br.do("open lanes", 20*time.Second, chromedp.Click(chromedp.ID("tab-lanes")))
 	br.waitJS("the tenant is told why", `!document.getElementById("history-note").hidden && document.getElementById("history-note").textContent.includes("tenant-scoped")`, 15*time.Second)
@@ -148,9 +149,9 @@ func checkFits(t *testing.T, br *browser, what string) {
 }
 
 // lastEventOf is task id's last ledger event.
-func lastEventOf(t *testing.T, e *testEnv, id string) ledger.Event {
+func lastEventOf(t *testing.T, e *admintest.Env, id string) ledger.Event {
 	t.Helper()
-	es, err := e.L.Events(e.ctx, id)
+	es, err := e.L.Events(e.Ctx, id)
 	if err != nil || len(es) == 0 {
 		t.Fatalf("events of %s: %v %v", id, es, err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
 
@@ -14,18 +15,18 @@ import (
 // and a server that stopped heartbeating as gone, fits a 390 px viewport,
 // and tells a tenant's token why it sees no fleet.
 func TestDashboard_Servers(t *testing.T) {
-	e := newTestEnv(t, "/admin")
+	e := admintest.New(t, "/admin")
 	br := newBrowser(t)
-	if err := ledger.ServersOf(e.L).RegisterServer(e.ctx, ledger.Server{ID: "zz-gone-worker", Host: "lost-host", PID: 7,
+	if err := ledger.ServersOf(e.L).RegisterServer(e.Ctx, ledger.Server{ID: "zz-gone-worker", Host: "lost-host", PID: 7,
 		Lanes: []string{"batch"}, Slots: 2, Started: time.Now().Add(-time.Hour), Interval: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 
 	br.do("load the dashboard", 30*time.Second,
-		chromedp.Navigate(e.ts.URL+"/admin/"),
+		chromedp.Navigate(e.Server.URL+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as reader", 30*time.Second,
-		chromedp.SendKeys(chromedp.ID("token-input"), readSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.ReadSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	br.do("phone viewport", 20*time.Second, chromedp.EmulateViewport(390, 844))
@@ -54,7 +55,7 @@ func TestDashboard_Servers(t *testing.T) {
 	br.do("sign out", 20*time.Second, chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as acme", 30*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("token-input").value = ""`),
-		chromedp.SendKeys(chromedp.ID("token-input"), acmeSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AcmeSecret),
 		chromedp.Click(chromedp.ID("token-submit")))
 	br.waitJS("signed in as acme", `document.body.classList.contains("signed-in") && !document.getElementById("login").open`, 15*time.Second)
 	br.waitJS("the tenant is told why", `document.getElementById("servers-empty").textContent.includes("tenant-scoped")`, 15*time.Second)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/spend"
 )
 
@@ -24,13 +25,13 @@ func (fixedSpend) SpendSeries(ctx context.Context, q spend.SeriesQuery) ([]spend
 // TestDashboard_Spend: the Spend view lists spend by tenant and model with
 // the total, and without a spend store says why.
 func TestDashboard_Spend(t *testing.T) {
-	e := newTestEnvSpend(t, "/admin", fixedSpend{})
+	e := admintest.NewWithSpend(t, "/admin", fixedSpend{})
 	br := newBrowser(t)
 	br.do("load the dashboard", 30*time.Second,
-		chromedp.Navigate(e.ts.URL+"/admin/"),
+		chromedp.Navigate(e.Server.URL+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as reader", 30*time.Second,
-		chromedp.SendKeys(chromedp.ID("token-input"), readSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.ReadSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	br.do("open spend", 20*time.Second, chromedp.Click(chromedp.ID("tab-spend")))
@@ -45,11 +46,11 @@ func TestDashboard_Spend(t *testing.T) {
 		t.Errorf("%d bars for the last 24 hours, want 24", n)
 	}
 
-	bare := newTestEnv(t, "/admin")
+	bare := admintest.New(t, "/admin")
 	br.do("load a dashboard without a spend store", 30*time.Second,
-		chromedp.Navigate(bare.ts.URL+"/admin/#spend"),
+		chromedp.Navigate(bare.Server.URL+"/admin/#spend"),
 		chromedp.WaitVisible(chromedp.ID("token-input")),
-		chromedp.SendKeys(chromedp.ID("token-input"), readSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.ReadSecret),
 		chromedp.Click(chromedp.ID("token-submit")))
 	br.waitJS("the reason is shown", `document.getElementById("spend-empty").textContent.includes("no spend store")`, 15*time.Second)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard"
 	"github.com/switchyard-dev/switchyard/admin"
+	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 )
 
 // TestDashboard_TellsTheTruth (issue 20, item 10): durations never read
@@ -18,32 +19,32 @@ import (
 // 390 px viewport the header stays on one line and nothing widens the
 // page.
 func TestDashboard_TellsTheTruth(t *testing.T) {
-	e := newTestEnv(t, "/admin")
+	e := admintest.New(t, "/admin")
 	br := newBrowser(t)
 
-	d1 := e.enqueue(flakyArgs{Item: "sku-1"}, &switchyard.EnqueueOpts{Lane: "batch"})
-	e.waitDead("batch", d1, 1)
-	d2 := e.enqueue(flakyArgs{Item: "sku-2"}, &switchyard.EnqueueOpts{Lane: "batch"})
-	e.waitDead("batch", d2, 2)
-	acme := e.enqueue(flakyArgs{Item: "sku-acme"}, &switchyard.EnqueueOpts{Lane: "batch", Tenant: "acme"})
-	e.waitDead("batch", acme, 3)
+	d1 := e.Enqueue(admintest.FlakyArgs{Item: "sku-1"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	e.WaitDead("batch", d1, 1)
+	d2 := e.Enqueue(admintest.FlakyArgs{Item: "sku-2"}, &switchyard.EnqueueOpts{Lane: "batch"})
+	e.WaitDead("batch", d2, 2)
+	acme := e.Enqueue(admintest.FlakyArgs{Item: "sku-acme"}, &switchyard.EnqueueOpts{Lane: "batch", Tenant: "acme"})
+	e.WaitDead("batch", acme, 3)
 	// A sandbox replay that fails again dead-letters its copy.
-	sb, err := e.ops.ReplaySandbox(e.ctx, admin.Scope{}, "batch", d1, "operator:test")
+	sb, err := e.Ops.ReplaySandbox(e.Ctx, admin.Scope{}, "batch", d1, "operator:test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.waitDead("batch", sb, 4)
-	it, err := e.ops.DeadLetter(e.ctx, admin.Scope{}, "batch", sb)
+	e.WaitDead("batch", sb, 4)
+	it, err := e.Ops.DeadLetter(e.Ctx, admin.Scope{}, "batch", sb)
 	if err != nil || it.SandboxOf != d1 {
 		t.Fatalf("the sandbox copy's dead letter: %+v %v, want SandboxOf %s", it, err, d1)
 	}
-	r := e.call("GET", "dead?lane=batch", adminSecret, nil, nil)
-	if !strings.Contains(string(r.body), `"sandbox_of":"`+d1+`"`) {
-		t.Errorf("GET dead does not mark the sandbox copy: %s", r.body)
+	r := e.Call("GET", "dead?lane=batch", admintest.AdminSecret, nil, nil)
+	if !strings.Contains(string(r.Body), `"sandbox_of":"`+d1+`"`) {
+		t.Errorf("GET dead does not mark the sandbox copy: %s", r.Body)
 	}
 
 	br.do("load the dashboard", 30*time.Second,
-		chromedp.Navigate(e.ts.URL+"/admin/"),
+		chromedp.Navigate(e.Server.URL+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("token-input")))
 	for ms, want := range map[float64]string{239600: "4 m 0 s", 59600: "1 m 0 s", 119999: "2 m 0 s", 9960: "10 s", 3600000 - 400: "1 h 0 m"} {
 		got := evalIn[string](br, "fmtDur", fmt.Sprintf("window.switchyardDashboard.fmtDur(%v)", ms))
@@ -54,7 +55,7 @@ func TestDashboard_TellsTheTruth(t *testing.T) {
 
 	// acme's token: the dead-letter count is acme's one, not all four.
 	br.do("sign in as acme", 30*time.Second,
-		chromedp.SendKeys(chromedp.ID("token-input"), acmeSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AcmeSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	br.waitJS("acme's dead-letter count", `document.getElementById("count-dead").textContent === "1"`, 15*time.Second)
@@ -66,7 +67,7 @@ func TestDashboard_TellsTheTruth(t *testing.T) {
 	br.do("sign out", 20*time.Second, chromedp.Click(chromedp.ID("signout")), chromedp.WaitVisible(chromedp.ID("token-input")))
 	br.do("sign in as admin", 30*time.Second,
 		chromedp.Evaluate[chromedp.Void](`document.getElementById("token-input").value = ""`),
-		chromedp.SendKeys(chromedp.ID("token-input"), adminSecret),
+		chromedp.SendKeys(chromedp.ID("token-input"), admintest.AdminSecret),
 		chromedp.Click(chromedp.ID("token-submit")),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="lane-batch"]`)))
 	br.waitJS("every tenant's dead letters for the admin", `document.getElementById("count-dead").textContent === "4"`, 15*time.Second)
