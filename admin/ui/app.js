@@ -223,6 +223,10 @@
     state.histAt = 0;
     $("history-note").hidden = !state.me.tenant;
     $("history-note").textContent = state.me.tenant ? "The history counts every tenant's tasks: it is not shown to a tenant-scoped token." : "";
+    // Clear the last token's chart now, not at the next lanes refresh: a
+    // tenant-scoped token must never be left looking at every tenant's
+    // history.
+    renderHistory();
     const who = $("whoami");
     who.textContent = state.me.name + " · " + state.me.role + (state.me.tenant ? " · tenant " + state.me.tenant : "");
     document.body.classList.toggle("is-admin", isAdmin());
