@@ -181,6 +181,16 @@ func (r *Router) Placement() (homed, spilled int64) {
 	return r.homed, r.spilled
 }
 
+// MaxTallyKeys bounds the keys a Router tallies one by one, so that a
+// long-running worker that sees ever new cache keys keeps a bounded map:
+// once it holds this many, calls of keys it has not seen yet are tallied
+// together under OtherKey. The spend report (the ledger's spend rows, by
+// cache_key) has every key.
+const MaxTallyKeys = 10000
+
+// OtherKey is the tally of the calls of keys beyond MaxTallyKeys.
+const OtherKey = "(other keys)"
+
 // Record adds one call's reported usage to key's tally. Negative counts
 // are refused.
 func (r *Router) Record(key string, u spend.Usage) error {
@@ -190,6 +200,10 @@ func (r *Router) Record(key string, u spend.Usage) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t := r.tally[key]
+	if t == nil && len(r.tally) >= MaxTallyKeys {
+		key = OtherKey
+		t = r.tally[key]
+	}
 	if t == nil {
 		t = &tally{}
 		r.tally[key] = t

@@ -123,3 +123,32 @@ func TestRouter_SharesAndBadInput(t *testing.T) {
 		t.Fatalf("shares %+v", sh)
 	}
 }
+
+// TestRouter_TallyBounded: a worker that sees ever new cache keys keeps at
+// most cacheroute.MaxTallyKeys tallies, plus one for the rest, and loses no call.
+func TestRouter_TallyBounded(t *testing.T) {
+	r, err := cacheroute.New([]string{"a", "b"}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = cacheroute.MaxTallyKeys + 500
+	for i := 0; i < n; i++ {
+		if err := r.Record(fmt.Sprintf("key-%d", i), spend.Usage{Input: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := r.Shares()
+	if len(sh) != cacheroute.MaxTallyKeys+1 {
+		t.Fatalf("%d tallies, want %d", len(sh), cacheroute.MaxTallyKeys+1)
+	}
+	var calls int64
+	for _, s := range sh {
+		calls += s.Calls
+		if s.Key == cacheroute.OtherKey && s.Calls != 500 {
+			t.Errorf("%s holds %d calls, want 500", cacheroute.OtherKey, s.Calls)
+		}
+	}
+	if calls != n {
+		t.Fatalf("%d calls tallied, want %d", calls, n)
+	}
+}
