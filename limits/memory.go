@@ -241,6 +241,16 @@ func (s *MemoryStore) ReserveSpend(ctx context.Context, r SpendReservation) erro
 		keys = append(keys, k)
 	}
 	for _, k := range keys {
+		if _, ok := s.spendWin[k]; !ok {
+			// A tenant's new window: its ended ones go, so the store
+			// holds one total per tenant and window, not one per day
+			// for ever.
+			for old := range s.spendWin {
+				if old.tenant == k.tenant && old.period == k.period && old.start < k.start {
+					delete(s.spendWin, old)
+				}
+			}
+		}
 		s.spendWin[k] += r.Estimate
 	}
 	s.spendRes[r.ID] = spendRes{micros: r.Estimate, keys: keys}
@@ -261,7 +271,9 @@ func (s *MemoryStore) SettleSpend(ctx context.Context, id string, u spend.Usage,
 	}
 	delete(s.spendRes, id)
 	for _, k := range res.keys {
-		s.spendWin[k] += cost - res.micros
+		if _, ok := s.spendWin[k]; ok { // gone when its window ended
+			s.spendWin[k] += cost - res.micros
+		}
 	}
 	return nil
 }

@@ -187,8 +187,9 @@ const (
 type Window struct {
 	// Tenant is the tenant capped; "" caps every tenant separately.
 	Tenant string
-	// Period is the window's length; windows are aligned to the Unix epoch
-	// (so 24h is a UTC day). Required.
+	// Period is the window's length; windows are aligned to time.Time's
+	// zero (Start truncates), so 24h is a UTC day and 168h a week from
+	// Monday 00:00 UTC. Required.
 	Period time.Duration
 	// Cap is the most the tenant may spend per window. Required.
 	Cap Micros
