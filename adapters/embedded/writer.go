@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"sync"
 )
 
@@ -59,14 +60,30 @@ const (
 // concurrent callers, and returns fn's error or the transaction's. The
 // error is unclassified; a context error is ctx's own.
 func (w *writer) do(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	op := &writeOp{ctx: ctx, fn: fn}
 	w.mu.Lock()
 	if !w.busy {
 		w.busy = true
 		w.mu.Unlock()
 		defer w.handOff() // even if fn panics
-		return w.runOne(ctx, fn)
+		// Callers about to write (runnable, not yet running) get a chance
+		// to join this transaction: on a busy machine they otherwise
+		// arrive one by one, each just after the previous commit.
+		runtime.Gosched()
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.mu.Unlock()
+			return w.runOne(ctx, fn)
+		}
+		n := min(len(w.queue), maxGroupOps-1)
+		group := make([]*writeOp, 0, n+1)
+		group = append(append(group, op), w.queue[:n]...)
+		w.queue = append(w.queue[:0], w.queue[n:]...)
+		w.mu.Unlock()
+		w.runGroup(group)
+		return op.err
 	}
-	op := &writeOp{ctx: ctx, fn: fn, done: make(chan struct{})}
+	op.done = make(chan struct{})
 	w.queue = append(w.queue, op)
 	w.mu.Unlock()
 	select {
