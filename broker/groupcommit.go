@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"runtime"
 	"sync"
 )
 
@@ -77,7 +78,21 @@ func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishRe
 		g.busy++
 		g.mu.Unlock()
 		defer g.handOff() // even if the driver panics
-		return g.d.Publish(ctx, msgs)
+		// Callers about to publish (runnable, not yet running) get a
+		// chance to join this batch: on a busy machine they otherwise
+		// arrive one by one, each just after the previous publish.
+		runtime.Gosched()
+		g.mu.Lock()
+		if len(g.queue) == 0 {
+			g.mu.Unlock()
+			return g.d.Publish(ctx, msgs)
+		}
+		w := &pubWaiter{ctx: ctx, msgs: msgs}
+		g.queue = append([]*pubWaiter{w}, g.queue...)
+		group := g.take()
+		g.mu.Unlock()
+		g.flush(group)
+		return w.res, w.err
 	}
 	w := &pubWaiter{ctx: ctx, msgs: msgs, done: make(chan struct{})}
 	g.queue = append(g.queue, w)
@@ -114,6 +129,16 @@ func (g *groupCommit) handOff() {
 		g.busy--
 		return
 	}
+	group := g.take()
+	leader := group[0]
+	leader.lead = group
+	close(leader.done)
+}
+
+// take removes the next group of queued batches from the queue: in
+// arrival order, up to max messages, and never two batches that share an
+// idempotency key. Called with mu held and the queue not empty.
+func (g *groupCommit) take() []*pubWaiter {
 	n, total := 0, 0
 	keys := map[dedupKey]bool{}
 	for _, w := range g.queue {
@@ -134,9 +159,7 @@ func (g *groupCommit) handOff() {
 	group := make([]*pubWaiter, n)
 	copy(group, g.queue[:n])
 	g.queue = append(g.queue[:0], g.queue[n:]...)
-	leader := group[0]
-	leader.lead = group
-	close(leader.done)
+	return group
 }
 
 type dedupKey struct{ lane, tenant, key string }

@@ -265,3 +265,72 @@ func TestGroupCommit_Unlimited(t *testing.T) {
 		}
 	}
 }
+
+// echoDriver answers every publish at once, recording its batches.
+type echoDriver struct {
+	Driver
+	mu      sync.Mutex
+	batches [][]*Message
+}
+
+func (d *echoDriver) Publish(ctx context.Context, msgs []*Message) ([]PublishResult, error) {
+	d.mu.Lock()
+	d.batches = append(d.batches, msgs)
+	d.mu.Unlock()
+	rs := make([]PublishResult, len(msgs))
+	for i, m := range msgs {
+		rs[i] = PublishResult{ID: m.ID}
+	}
+	return rs, nil
+}
+
+// Many callers at once, through both ways in (a free place, whose caller
+// may take queued batches into its own, and the queue): each gets exactly
+// its own results, no driver batch holds one idempotency key twice or
+// exceeds max, and the publisher ends idle.
+func TestGroupCommit_ConcurrentCallersGetTheirOwnResults(t *testing.T) {
+	t.Parallel()
+	d := &echoDriver{}
+	g := &groupCommit{d: d, inFlight: 1, max: 5}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				ms := msgs(fmt.Sprintf("c%d-%d-", c, i), 1+i%3)
+				if i%4 == 0 {
+					ms[0].IdempotencyKey = fmt.Sprint("k", i%8) // shared by callers
+				}
+				rs, err := g.publish(ctx, ms)
+				if err != nil || len(rs) != len(ms) {
+					t.Errorf("caller %d: %v, %d results for %d", c, err, len(rs), len(ms))
+					return
+				}
+				for j := range ms {
+					if rs[j].ID != ms[j].ID {
+						t.Errorf("caller %d got %s for %s", c, rs[j].ID, ms[j].ID)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, b := range d.batches {
+		if len(b) > 5 {
+			t.Errorf("a driver batch of %d messages, max 5", len(b))
+		}
+		keys := map[string]bool{}
+		for _, m := range b {
+			if m.IdempotencyKey != "" && keys[m.IdempotencyKey] {
+				t.Errorf("key %s twice in one driver batch", m.IdempotencyKey)
+			}
+			keys[m.IdempotencyKey] = m.IdempotencyKey != ""
+		}
+	}
+	if g.busy != 0 || len(g.queue) != 0 {
+		t.Fatalf("not idle: busy=%v queue=%d", g.busy, len(g.queue))
+	}
+}

@@ -123,6 +123,9 @@ func classify(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if be := (*broker.Error)(nil); errors.As(err, &be) {
+		return err // classified already (an operation's own error through the writer)
+	}
 	if broker.IsContext(err) {
 		return broker.Wrap(op, broker.Transient, err)
 	}

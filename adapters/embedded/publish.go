@@ -18,15 +18,32 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	if d.closed.Load() {
 		return nil, broker.ClosedError("publish")
 	}
-	res := make([]broker.PublishResult, len(msgs))
-	tx, err := d.db.BeginTx(ctx, nil)
+	var res []broker.PublishResult
+	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res = make([]broker.PublishResult, len(msgs))
+		return d.publishTx(ctx, tx, msgs, res)
+	})
 	if err != nil {
 		return nil, classify("publish", err)
 	}
-	defer tx.Rollback()
+	woken := map[string]bool{}
+	for _, m := range msgs {
+		if !woken[m.Lane] {
+			woken[m.Lane] = true
+			d.wake(m.Lane)
+		}
+	}
+	return res, nil
+}
+
+// publishTx writes msgs in tx and sets their results in res.
+func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Message, res []broker.PublishResult) error {
+	if d.closed.Load() {
+		return broker.ClosedError("publish")
+	}
 	ins, err := d.txStmt(ctx, tx, insertSQL)
 	if err != nil {
-		return nil, classify("publish", err)
+		return err
 	}
 	now := d.nowNano()
 	for i, m := range msgs {
@@ -41,11 +58,11 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 				continue
 			}
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return nil, classify("publish", err)
+				return err
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT OR REPLACE INTO sy_dedup (ns, lane, tenant, key, id, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
 				d.cfg.Namespace, m.Lane, m.Tenant, m.IdempotencyKey, m.ID, now+int64(d.cfg.DedupWindow)); err != nil {
-				return nil, classify("publish", err)
+				return err
 			}
 		}
 		var hdr []byte
@@ -58,18 +75,8 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		}
 		if _, err := ins.ExecContext(ctx, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
 			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible); err != nil {
-			return nil, classify("publish", err)
+			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, classify("publish", err)
-	}
-	woken := map[string]bool{}
-	for _, m := range msgs {
-		if !woken[m.Lane] {
-			woken[m.Lane] = true
-			d.wake(m.Lane)
-		}
-	}
-	return res, nil
+	return nil
 }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -97,109 +98,114 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 }
 
 func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
-	now := d.nowNano()
 	token := newToken()
-	leaseEnd := now + int64(req.Lease)
-	tx, err := d.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, d.receiveErr(ctx, err)
-	}
-	defer tx.Rollback()
-	q := receiveSQL
-	if d.cfg.Reduced {
-		q = receiveUnorderedSQL
-	}
-	if req.DeadLetters {
-		q = receiveDeadSQL
-	}
-	st, err := d.txStmt(ctx, tx, q)
-	if err != nil {
-		return nil, d.receiveErr(ctx, err)
-	}
-	rows, err := st.QueryContext(ctx, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
-	if err != nil {
-		return nil, d.receiveErr(ctx, err)
-	}
+	var now, leaseEnd int64
 	var out []*broker.Delivery
-	type bad struct {
-		seq int64
-		dl  *broker.DeadLetter
-	}
-	var toDead []bad
-	for rows.Next() {
-		var (
-			seq, runAt, enq, maxAtt, attempts int64
-			id, kind, tenant, idem, ord       string
-			body, hdr, dlb                    []byte
-		)
-		dest := []any{&seq, &id, &kind, &body, &hdr, &tenant, &idem, &ord, &runAt, &enq, &maxAtt, &attempts}
-		if req.DeadLetters {
-			dest = append(dest, &dlb)
+	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if d.closed.Load() {
+			return broker.ClosedError("receive")
 		}
-		if err := rows.Scan(dest...); err != nil {
-			rows.Close()
-			return nil, d.receiveErr(ctx, err)
-		}
-		dv := &broker.Delivery{
-			Message: broker.Message{
-				ID: id, Lane: req.Lane, Kind: kind, Body: body, Tenant: tenant, IdempotencyKey: idem, OrderingKey: ord,
-				RunAt: fromNano(runAt), EnqueuedAt: fromNano(enq), MaxAttempts: int(maxAtt),
-			},
-			Attempt:       int(attempts),
-			LeaseDeadline: fromNano(leaseEnd),
-			Handle:        handle{seq: seq, token: token},
-		}
-		var decodeErr error
-		if len(hdr) > 0 {
-			decodeErr = json.Unmarshal(hdr, &dv.Headers)
-		}
-		if decodeErr == nil {
-			decodeErr = broker.ValidateName("kind", kind)
-		}
-		if decodeErr == nil {
-			// A row written behind the framework's back (or tampered
-			// with): a bad ID would loop in the runtime, whose ledger
-			// refuses it.
-			decodeErr = broker.CheckDecoded(&dv.Message)
+		// The clock is read in the transaction: a receive that waited for
+		// its turn still gets its whole lease.
+		now = d.nowNano()
+		leaseEnd = now + int64(req.Lease)
+		q := receiveSQL
+		if d.cfg.Reduced {
+			q = receiveUnorderedSQL
 		}
 		if req.DeadLetters {
-			if len(dlb) > 0 {
-				dl, err := broker.DecodeDeadLetter(dlb)
-				if err != nil {
-					dl = &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: err.Error()}
-				} else if dl.Reason == "" {
-					dl.Reason = broker.ReasonUndecodable // a dead letter always has a reason
-				}
-				dv.DeadLetter = dl
-			} else {
-				dv.DeadLetter = &broker.DeadLetter{Reason: broker.ReasonUndecodable}
+			q = receiveDeadSQL
+		}
+		st, err := d.txStmt(ctx, tx, q)
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
+		if err != nil {
+			return err
+		}
+		out = nil
+		type bad struct {
+			seq int64
+			dl  *broker.DeadLetter
+		}
+		var toDead []bad
+		for rows.Next() {
+			var (
+				seq, runAt, enq, maxAtt, attempts int64
+				id, kind, tenant, idem, ord       string
+				body, hdr, dlb                    []byte
+			)
+			dest := []any{&seq, &id, &kind, &body, &hdr, &tenant, &idem, &ord, &runAt, &enq, &maxAtt, &attempts}
+			if req.DeadLetters {
+				dest = append(dest, &dlb)
 			}
-			out = append(out, dv)
-			continue
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return err
+			}
+			dv := &broker.Delivery{
+				Message: broker.Message{
+					ID: id, Lane: req.Lane, Kind: kind, Body: body, Tenant: tenant, IdempotencyKey: idem, OrderingKey: ord,
+					RunAt: fromNano(runAt), EnqueuedAt: fromNano(enq), MaxAttempts: int(maxAtt),
+				},
+				Attempt:       int(attempts),
+				LeaseDeadline: fromNano(leaseEnd),
+				Handle:        handle{seq: seq, token: token},
+			}
+			var decodeErr error
+			if len(hdr) > 0 {
+				decodeErr = json.Unmarshal(hdr, &dv.Headers)
+			}
+			if decodeErr == nil {
+				decodeErr = broker.ValidateName("kind", kind)
+			}
+			if decodeErr == nil {
+				// A row written behind the framework's back (or tampered
+				// with): a bad ID would loop in the runtime, whose ledger
+				// refuses it.
+				decodeErr = broker.CheckDecoded(&dv.Message)
+			}
+			if req.DeadLetters {
+				if len(dlb) > 0 {
+					dl, err := broker.DecodeDeadLetter(dlb)
+					if err != nil {
+						dl = &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: err.Error()}
+					} else if dl.Reason == "" {
+						dl.Reason = broker.ReasonUndecodable // a dead letter always has a reason
+					}
+					dv.DeadLetter = dl
+				} else {
+					dv.DeadLetter = &broker.DeadLetter{Reason: broker.ReasonUndecodable}
+				}
+				out = append(out, dv)
+				continue
+			}
+			switch {
+			case decodeErr != nil:
+				toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: "undecodable message: " + decodeErr.Error(), At: d.cfg.Now().UTC()}})
+			case attempts > limitOr(maxAtt, d.cfg.DefaultMaxAttempts) && !d.cfg.Reduced:
+				toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonMaxAttempts,
+					Error: fmt.Sprintf("attempt %d exceeds the limit of %d", attempts, limitOr(maxAtt, d.cfg.DefaultMaxAttempts)), At: d.cfg.Now().UTC(),
+					Attempts: []broker.AttemptRecord{{Attempt: int(attempts - 1), Error: "lease expired or nacked"}}}})
+			default:
+				out = append(out, dv)
+			}
 		}
-		switch {
-		case decodeErr != nil:
-			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonUndecodable, Error: "undecodable message: " + decodeErr.Error(), At: d.cfg.Now().UTC()}})
-		case attempts > limitOr(maxAtt, d.cfg.DefaultMaxAttempts) && !d.cfg.Reduced:
-			toDead = append(toDead, bad{seq, &broker.DeadLetter{Reason: broker.ReasonMaxAttempts,
-				Error: fmt.Sprintf("attempt %d exceeds the limit of %d", attempts, limitOr(maxAtt, d.cfg.DefaultMaxAttempts)), At: d.cfg.Now().UTC(),
-				Attempts: []broker.AttemptRecord{{Attempt: int(attempts - 1), Error: "lease expired or nacked"}}}})
-		default:
-			out = append(out, dv)
+		if err := rows.Err(); err != nil {
+			return err
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, d.receiveErr(ctx, err)
-	}
-	rows.Close()
-	for _, b := range toDead {
-		enc, _ := broker.EncodeDeadLetter(b.dl)
-		if _, err := tx.ExecContext(ctx, `UPDATE sy_messages SET dead = 1, lease_token = 0, visible_at = ?, dead_letter = ? WHERE seq = ?`,
-			now, enc, b.seq); err != nil {
-			return nil, d.receiveErr(ctx, err)
+		rows.Close()
+		for _, b := range toDead {
+			enc, _ := broker.EncodeDeadLetter(b.dl)
+			if _, err := tx.ExecContext(ctx, `UPDATE sy_messages SET dead = 1, lease_token = 0, visible_at = ?, dead_letter = ? WHERE seq = ?`,
+				now, enc, b.seq); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, d.receiveErr(ctx, err)
 	}
 	if err := ctx.Err(); err != nil && len(out) > 0 {

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -53,22 +54,29 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	if err != nil {
 		return classify("ack", err)
 	}
-	rows, err := st.QueryContext(ctx, string(pairs))
+	// The statement's deletions stand even when some deliveries' leases
+	// were lost: those are reported after the commit.
+	err = d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if d.closed.Load() {
+			return broker.ClosedError("ack")
+		}
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, string(pairs))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var seq int64
+			if err := rows.Scan(&seq); err != nil {
+				return err
+			}
+			delete(want, seq)
+		}
+		return rows.Err()
+	})
 	if err != nil {
 		return classify("ack", err)
 	}
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			rows.Close()
-			return classify("ack", err)
-		}
-		delete(want, seq)
-	}
-	if err := rows.Err(); err != nil {
-		return classify("ack", err)
-	}
-	rows.Close()
 	if len(want) > 0 {
 		lost := make([]string, 0, len(want))
 		for _, id := range want {

@@ -100,6 +100,7 @@ type sharedDB struct {
 	mu     sync.Mutex
 	wakers map[string]*waker    // per namespace and lane, under mu
 	stmts  map[string]*sql.Stmt // prepared at open, read-only after
+	w      *writer              // gathers concurrent write transactions
 }
 
 // waker returns the waker of (ns, lane).
@@ -155,6 +156,7 @@ func acquireShared(ctx context.Context, key, dsn string, memory bool) (*sharedDB
 		return nil, err
 	}
 	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[string]*waker{}, stmts: map[string]*sql.Stmt{}}
+	s.w = &writer{s: s}
 	for _, q := range preparedQueries {
 		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
@@ -260,7 +262,7 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
 
-var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL}
+var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL}
 
 // waker lets Receive calls sleep until a publish in this process.
 type waker struct {
