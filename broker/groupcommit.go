@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"sync"
+
+	"github.com/switchyard-dev/switchyard/internal/groupctx"
 )
 
 // PublishConcurrency is implemented by drivers whose concurrent Publish
@@ -185,21 +187,12 @@ func (g *groupCommit) flush(group []*pubWaiter) {
 	for _, w := range group {
 		all = append(all, w.msgs...)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
-	defer cancel()
-	var mu sync.Mutex
-	live := len(group)
-	for _, w := range group {
-		stop := context.AfterFunc(w.ctx, func() {
-			mu.Lock()
-			live--
-			if live == 0 {
-				cancel()
-			}
-			mu.Unlock()
-		})
-		defer stop()
+	ctxs := make([]context.Context, len(group))
+	for i, w := range group {
+		ctxs[i] = w.ctx
 	}
+	ctx, release := groupctx.Any(ctxs...)
+	defer release()
 	rs, err := g.callDriver(ctx, all)
 	if err == nil && len(rs) != total {
 		err = Errorf("publish", Permanent, "driver returned %d results for %d messages", len(rs), total)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+
+	"github.com/switchyard-dev/switchyard/internal/groupctx"
 )
 
 // writer runs the write transactions of concurrent callers on one database
@@ -152,21 +154,12 @@ func (w *writer) runGroup(group []*writeOp) {
 		op.err = w.callOne(op)
 		return
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(group[0].ctx))
-	defer cancel()
-	var mu sync.Mutex
-	live := len(group)
-	for _, op := range group {
-		stop := context.AfterFunc(op.ctx, func() {
-			mu.Lock()
-			live--
-			if live == 0 {
-				cancel()
-			}
-			mu.Unlock()
-		})
-		defer stop()
+	ctxs := make([]context.Context, len(group))
+	for i, op := range group {
+		ctxs[i] = op.ctx
 	}
+	ctx, release := groupctx.Any(ctxs...)
+	defer release()
 	fail := func(err error) {
 		for _, op := range group {
 			if op.err == nil {
