@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -46,13 +47,9 @@ func (r SpendRow) CachedShare() float64 {
 // Spend reports settled and reserved spend (state distinguishes them when
 // grouped by; Cost of a reserved row is its estimate).
 func (s *Store) Spend(ctx context.Context, q SpendQuery) ([]SpendRow, error) {
-	var cols []string
-	for _, f := range q.By {
-		c, ok := groupCols[f]
-		if !ok {
-			return nil, fmt.Errorf("sqlstore: cannot group spend by %q (tenant, kind, run, provider, model, mode, cache_key, state)", f)
-		}
-		cols = append(cols, c)
+	cols, err := groupColumns(q.By)
+	if err != nil {
+		return nil, err
 	}
 	sel := "COUNT(*), COALESCE(SUM(input), 0), COALESCE(SUM(cached_input), 0), COALESCE(SUM(output), 0), COALESCE(SUM(micros), 0)"
 	if len(cols) > 0 {
@@ -79,22 +76,12 @@ func (s *Store) Spend(ctx context.Context, q SpendQuery) ([]SpendRow, error) {
 	defer rows.Close()
 	var out []SpendRow
 	for rows.Next() {
-		vals := make([]string, len(cols))
 		var r SpendRow
 		var cost int64
-		dst := make([]any, 0, len(cols)+5)
-		for i := range vals {
-			dst = append(dst, &vals[i])
-		}
-		dst = append(dst, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost)
-		if err := rows.Scan(dst...); err != nil {
+		if r.Group, err = scanGrouped(rows, q.By, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost); err != nil {
 			return nil, err
 		}
 		r.Cost = spend.Micros(cost)
-		r.Group = map[string]string{}
-		for i, f := range q.By {
-			r.Group[f] = vals[i]
-		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
@@ -108,13 +95,9 @@ func (s *Store) SpendSeries(ctx context.Context, q spend.SeriesQuery) ([]spend.S
 	if q.Step <= 0 || q.Since.IsZero() || q.Until.IsZero() || !q.Until.After(q.Since) {
 		return nil, fmt.Errorf("sqlstore: a spend series needs Since before Until and a positive Step, got %v..%v step %v", q.Since, q.Until, q.Step)
 	}
-	var cols []string
-	for _, f := range q.By {
-		c, ok := groupCols[f]
-		if !ok {
-			return nil, fmt.Errorf("sqlstore: cannot group spend by %q (tenant, kind, run, provider, model, mode, cache_key, state)", f)
-		}
-		cols = append(cols, c)
+	cols, err := groupColumns(q.By)
+	if err != nil {
+		return nil, err
 	}
 	since, until := ns(q.Since), ns(q.Until)
 	// The bucket expression carries its two integers inline (they are
@@ -138,23 +121,45 @@ func (s *Store) SpendSeries(ctx context.Context, q spend.SeriesQuery) ([]spend.S
 	defer rows.Close()
 	var out []spend.SeriesRow
 	for rows.Next() {
-		vals := make([]string, len(cols))
 		var r spend.SeriesRow
 		var cost int64
-		dst := make([]any, 0, len(cols)+6)
-		for i := range vals {
-			dst = append(dst, &vals[i])
-		}
-		dst = append(dst, &r.Bucket, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost)
-		if err := rows.Scan(dst...); err != nil {
+		if r.Group, err = scanGrouped(rows, q.By, &r.Bucket, &r.Calls, &r.Usage.Input, &r.Usage.CachedInput, &r.Usage.Output, &cost); err != nil {
 			return nil, err
 		}
 		r.Cost = spend.Micros(cost)
-		r.Group = map[string]string{}
-		for i, f := range q.By {
-			r.Group[f] = vals[i]
-		}
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// groupColumns maps the report's groupings (tenant, model, …) to their
+// columns.
+func groupColumns(by []string) ([]string, error) {
+	cols := make([]string, 0, len(by))
+	for _, f := range by {
+		c, ok := groupCols[f]
+		if !ok {
+			return nil, fmt.Errorf("sqlstore: cannot group spend by %q (tenant, kind, run, provider, model, mode, cache_key, state)", f)
+		}
+		cols = append(cols, c)
+	}
+	return cols, nil
+}
+
+// scanGrouped scans a report row: the values of the groupings by, in
+// order, then the row's figures into tail; it returns the group.
+func scanGrouped(rows *sql.Rows, by []string, tail ...any) (map[string]string, error) {
+	vals := make([]string, len(by))
+	dst := make([]any, 0, len(by)+len(tail))
+	for i := range vals {
+		dst = append(dst, &vals[i])
+	}
+	if err := rows.Scan(append(dst, tail...)...); err != nil {
+		return nil, err
+	}
+	g := make(map[string]string, len(by))
+	for i, f := range by {
+		g[f] = vals[i]
+	}
+	return g, nil
 }
