@@ -43,7 +43,8 @@ func (s *Scheduler) RunDelivery(ctx context.Context, d *broker.Delivery) error {
 		return broker.Invalidf("scheduler: RunDelivery: lane %q is not one of the scheduler's lanes", lane)
 	}
 	started := s.started
-	t := &task{d: d, cost: s.costOf(d.Kind), started: time.Now(), leaseUntil: d.LeaseDeadline}
+	t := newTask(d, s.costOf(d.Kind))
+	t.started = time.Now()
 	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	t.cancel = cancel
 	l.running += t.cost

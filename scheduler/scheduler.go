@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -95,10 +96,11 @@ type task struct {
 	cost    int
 	started time.Time
 	cancel  context.CancelCauseFunc // set while running
-	// leaseUntil is when the lease ends as far as this worker knows: the
-	// receive's deadline, pushed out by every successful extension. Only
-	// the heartbeat goroutine touches it after the task is buffered.
-	leaseUntil time.Time
+	// leaseUntil is when the lease ends as far as this worker knows (Unix
+	// nanoseconds; 0 when the broker gave no deadline): the receive's
+	// deadline, pushed out by every successful extension. The heartbeat
+	// writes it; dispatch reads it before starting a buffered task.
+	leaseUntil atomic.Int64
 	// run is the ledger attempt this worker runs (0 before BeginRun, or
 	// without a ledger): while it is set the heartbeat renews the run's
 	// ledger lease. ledgerUntil is that lease's end as far as this worker
@@ -344,7 +346,7 @@ func (s *Scheduler) fetch(l *laneState) {
 			return
 		}
 		for _, d := range ds {
-			l.buf = append(l.buf, &task{d: d, cost: s.costOf(d.Kind), leaseUntil: d.LeaseDeadline})
+			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
 		}
 		s.mu.Unlock()
 		s.poke()
@@ -399,6 +401,16 @@ func (s *Scheduler) dispatch() {
 			l := s.lanes[name]
 			t := l.buf[0]
 			l.buf = l.buf[1:]
+			if t.leaseEnded(time.Now()) {
+				// Its lease ran out while it waited here (the extensions
+				// kept failing): the broker may have handed it to another
+				// worker, or to this one again. Never start it; its
+				// redelivery runs instead, as after leaseLost.
+				s.mu.Unlock()
+				s.cfg.Logger.Warn("switchyard: lease ran out before the task started", "task", t.d.ID, "lane", t.d.Lane)
+				s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
+				continue
+			}
 			l.running += t.cost
 			s.used += t.cost
 			ctx, cancel := context.WithCancelCause(s.runCtx)
@@ -424,6 +436,31 @@ func (s *Scheduler) finished(l *laneState, t *task) {
 	t.cancel(nil)
 	s.runWG.Done()
 	s.poke()
+}
+
+// newTask is a received delivery held by the scheduler.
+func newTask(d *broker.Delivery, cost int) *task {
+	t := &task{d: d, cost: cost}
+	t.setLease(d.LeaseDeadline)
+	return t
+}
+
+// setLease records that the lease ends at until (zero: unknown).
+func (t *task) setLease(until time.Time) {
+	switch {
+	case until.IsZero():
+		t.leaseUntil.Store(0)
+	case until.Year() >= 2262: // beyond int64 nanoseconds: never ends here
+		t.leaseUntil.Store(math.MaxInt64)
+	default:
+		t.leaseUntil.Store(until.UnixNano())
+	}
+}
+
+// leaseEnded reports whether the lease is known to have ended by now.
+func (t *task) leaseEnded(now time.Time) bool {
+	u := t.leaseUntil.Load()
+	return u != 0 && now.UnixNano() > u
 }
 
 // heartbeat extends the leases of every held delivery.
@@ -472,7 +509,7 @@ func (s *Scheduler) extendBroker(ctx context.Context, held []*task) {
 	until := time.Now().Add(s.cfg.Lease)
 	if err := s.b.Extend(ctx, s.cfg.Lease, ds...); err == nil {
 		for _, t := range held {
-			t.leaseUntil = until
+			t.setLease(until)
 		}
 		return
 	}
@@ -482,10 +519,10 @@ func (s *Scheduler) extendBroker(ctx context.Context, held []*task) {
 		err := s.b.Extend(ctx, s.cfg.Lease, t.d)
 		switch {
 		case err == nil:
-			t.leaseUntil = until
+			t.setLease(until)
 		case errors.Is(err, broker.ErrLeaseLost):
 			s.leaseLost(t)
-		case !t.leaseUntil.IsZero() && time.Now().After(t.leaseUntil):
+		case t.leaseEnded(time.Now()):
 			// Extensions kept failing until the lease ran out: another
 			// worker may hold the task now. Stop rather than run on.
 			s.cfg.Logger.Warn("switchyard: lease ran out while extensions failed", "task", t.d.ID, "lane", t.d.Lane, "error", err)
