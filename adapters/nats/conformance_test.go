@@ -2,6 +2,7 @@ package nats
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	natsgo "github.com/nats-io/nats.go"
 
+	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 )
 
@@ -123,5 +125,34 @@ func TestOrderingFleet(t *testing.T) {
 			t.Cleanup(func() { cleanupURL(rawURL) })
 			conformance.TestOrderingFleet(t, &conformance.Harness{URL: rawURL}, conformance.FleetOptions{NoLedger: noLedger})
 		})
+	}
+}
+
+// TestOpen_ConcurrentNewNamespace: processes that open one new namespace
+// at once (a fleet starting) all open it. The server can answer the
+// losers of the stream-creation race with "subjects overlap with an
+// existing stream" rather than "stream name in use"; seen in the fleet
+// ordering case, and here with goroutines on connections of their own.
+func TestOpen_ConcurrentNewNamespace(t *testing.T) {
+	ctx := context.Background()
+	for round := range 40 {
+		rawURL := strings.TrimSuffix(sharedEndpoint(t), "/") + "/?namespace=" + conformance.Namespace(t) + fmt.Sprintf("r%d", round) + "&" + conformanceLease
+		t.Cleanup(func() { cleanupURL(rawURL) })
+		const n = 6
+		errs := make(chan error, n)
+		for range n {
+			go func() {
+				b, err := broker.Open(ctx, rawURL, nil)
+				if err == nil {
+					err = b.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: a concurrent open of a new namespace failed: %v", round, err)
+			}
+		}
 	}
 }

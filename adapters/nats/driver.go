@@ -258,9 +258,21 @@ func (d *Driver) ensureStream(ctx context.Context, want jetstream.StreamConfig) 
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		s, err = d.js.CreateStream(ctx, want)
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamNameInUse {
-			// Created concurrently by another process: check theirs.
-			s, err = d.js.Stream(ctx, want.Name)
+		if errors.As(err, &apiErr) {
+			switch apiErr.ErrorCode {
+			case jetstream.JSErrCodeStreamNameInUse:
+				// Created concurrently by another process: check theirs.
+				s, err = d.js.Stream(ctx, want.Name)
+			case errCodeSubjectsOverlap:
+				// The server also answers a concurrent create of the same
+				// stream this way (seen with three processes opening one
+				// new namespace at once). If the stream of this name is
+				// there now, it is that one: check it. Otherwise the
+				// overlap is another stream's, and the error stands.
+				if got, gerr := d.js.Stream(ctx, want.Name); gerr == nil {
+					s, err = got, nil
+				}
+			}
 		}
 	}
 	if err != nil {

@@ -30,7 +30,7 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 	jetstream.JSErrCodeConsumerExists:                true,
 	jetstream.JSErrCodeConsumerDoesNotExist:          true,
 	// 10065: subjects overlap with an existing stream.
-	10065: true,
+	errCodeSubjectsOverlap: true,
 	// 10099: multiple non-filtered consumers on a work-queue stream;
 	// 10100: filtered consumer not unique on a work-queue stream.
 	10099: true,
@@ -119,3 +119,7 @@ func classifyPublishAck(op string, err error) error {
 	}
 	return broker.Wrap(op, broker.UnknownOutcome, err)
 }
+
+// errCodeSubjectsOverlap is JetStream's "subjects overlap with an existing
+// stream" (nats.go has no constant for it).
+const errCodeSubjectsOverlap jetstream.ErrorCode = 10065
