@@ -157,13 +157,28 @@ func acquireShared(ctx context.Context, key, dsn string, memory bool) (*sharedDB
 	}
 	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[string]*waker{}, stmts: map[string]*sql.Stmt{}}
 	s.w = &writer{s: s}
-	for _, q := range preparedQueries {
-		st, err := db.PrepareContext(ctx, q)
-		if err != nil {
-			db.Close()
-			return nil, classifyOpen(err)
+	// Preparing reads the schema, which another process may be writing
+	// (its migration) or recovering: SQLite answers that with
+	// SQLITE_BUSY at once, without waiting on busy_timeout.
+	err = sqliteopen.RetryBusy(ctx, func() error {
+		for _, q := range preparedQueries {
+			if s.stmts[q] != nil {
+				continue
+			}
+			st, err := db.PrepareContext(ctx, q)
+			if err != nil {
+				return err
+			}
+			s.stmts[q] = st
 		}
-		s.stmts[q] = st
+		return nil
+	})
+	if err != nil {
+		for _, st := range s.stmts {
+			st.Close()
+		}
+		db.Close()
+		return nil, classifyOpen(err)
 	}
 	sharedBy[key] = s
 	return s, nil

@@ -271,7 +271,9 @@ func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 		s.w = w
 		// The writer's first connection sets WAL (a persistent property of
 		// the file) before any reader opens.
-		if err := w.PingContext(ctx); err != nil {
+		// Another process opening the file at once can hold the lock
+		// this needs (SQLite may answer SQLITE_BUSY without waiting).
+		if err := sqliteopen.RetryBusy(ctx, func() error { return w.PingContext(ctx) }); err != nil {
 			w.Close()
 			return nil, s.classify(op, err)
 		}
