@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
+	"github.com/switchyard-dev/switchyard/internal/benchkit"
 )
 
 // The benchmark workload: benchN messages of 1 KiB, published with
@@ -159,55 +159,9 @@ func benchSwitchyard(b *testing.B, n int) float64 {
 		br.Close()
 		cleanupNamespace(u, "bench")
 	}()
-	// Declare the lane outside the measurement.
-	if _, err := br.PublishOne(ctx, &broker.Message{Lane: "bench", Kind: "warm.up"}); err != nil {
+	r, err := benchkit.Stream(ctx, br, "bench", n, benchBody, benchPubBatch, benchBatch)
+	if err != nil {
 		b.Fatal(err)
 	}
-	ds, err := br.Receive(ctx, broker.ReceiveRequest{Lane: "bench", Max: 1, Wait: 5 * time.Second})
-	if err != nil || len(ds) != 1 {
-		b.Fatalf("warm-up: %v", err)
-	}
-	if err := br.Ack(ctx, ds...); err != nil {
-		b.Fatal(err)
-	}
-	body := make([]byte, benchBody)
-	msgs := make([]*broker.Message, n)
-	for i := range msgs {
-		msgs[i] = &broker.Message{Lane: "bench", Kind: "bench.noop", Body: body}
-	}
-	var wg sync.WaitGroup
-	b.ResetTimer()
-	start := time.Now()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		got := 0
-		for got < n {
-			ds, err := br.Receive(ctx, broker.ReceiveRequest{Lane: "bench", Max: benchBatch, Lease: time.Minute, Wait: time.Second})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := br.Ack(ctx, ds...); err != nil {
-				b.Error(err)
-				return
-			}
-			got += len(ds)
-		}
-	}()
-	for i := 0; i < n; i += benchPubBatch {
-		rs, err := br.Publish(ctx, msgs[i:min(i+benchPubBatch, n)]...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range rs {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-	}
-	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	return float64(n) / el.Seconds()
+	return r.PerSecond()
 }

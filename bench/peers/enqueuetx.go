@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
@@ -132,6 +133,40 @@ func freshSchema(ctx context.Context, pool *pgxpool.Pool, prefix string) (string
 	}, nil
 }
 
+// riverSchema opens a pool on o.pg and a fresh schema with river's tables
+// migrated into it; cleanup drops the schema and closes the pool.
+func riverSchema(ctx context.Context, o options, prefix string) (*pgxpool.Pool, *riverpgxv5.Driver, string, func(), error) {
+	pool, err := pgxpool.New(ctx, o.pg)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	schema, drop, err := freshSchema(ctx, pool, prefix)
+	if err != nil {
+		pool.Close()
+		return nil, nil, "", nil, err
+	}
+	cleanup := func() { drop(); pool.Close() }
+	driver := riverpgxv5.New(pool)
+	if err := migrateRiver(ctx, driver, schema); err != nil {
+		cleanup()
+		return nil, nil, "", nil, err
+	}
+	return pool, driver, schema, cleanup, nil
+}
+
+// migrateRiver runs river's migrations up, into schema ("" for the
+// driver's default).
+func migrateRiver[TTx any](ctx context.Context, driver riverdriver.Driver[TTx], schema string) error {
+	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("river migrate: %w", err)
+	}
+	return nil
+}
+
 // insertLoop runs o.tasks inserts of per tasks per transaction from
 // o.publishers goroutines, each transaction begun on pool and committed.
 func insertLoop(ctx context.Context, o options, pool *pgxpool.Pool, per int, insert func(tx pgx.Tx, n int) error) (result, error) {
@@ -173,24 +208,11 @@ func insertLoop(ctx context.Context, o options, pool *pgxpool.Pool, per int, ins
 }
 
 func riverInsertTx(ctx context.Context, o options, per int) (result, error) {
-	pool, err := pgxpool.New(ctx, o.pg)
+	pool, driver, schema, cleanup, err := riverSchema(ctx, o, "peersrivertx")
 	if err != nil {
 		return result{}, err
 	}
-	defer pool.Close()
-	schema, drop, err := freshSchema(ctx, pool, "peersrivertx")
-	if err != nil {
-		return result{}, err
-	}
-	defer drop()
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
-	if err != nil {
-		return result{}, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return result{}, fmt.Errorf("river migrate: %w", err)
-	}
+	defer cleanup()
 	// An insert-only client: no queues, no workers.
 	client, err := river.NewClient(driver, &river.Config{Schema: schema, Logger: quietLogger()})
 	if err != nil {
@@ -370,24 +392,11 @@ func (s *stamps[K]) wait(ctx context.Context, n int, d time.Duration) ([]time.Du
 // workers on (LISTEN/NOTIFY, FetchCooldown as --river-cooldown); from just
 // before COMMIT to the worker's start.
 func riverLatency(ctx context.Context, o options, t txOptions) (result, error) {
-	pool, err := pgxpool.New(ctx, o.pg)
+	pool, driver, schema, cleanup, err := riverSchema(ctx, o, "peersriverlat")
 	if err != nil {
 		return result{}, err
 	}
-	defer pool.Close()
-	schema, drop, err := freshSchema(ctx, pool, "peersriverlat")
-	if err != nil {
-		return result{}, err
-	}
-	defer drop()
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
-	if err != nil {
-		return result{}, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return result{}, fmt.Errorf("river migrate: %w", err)
-	}
+	defer cleanup()
 	st := newStamps[int64]()
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[jobArgs]) error {

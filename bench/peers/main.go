@@ -30,12 +30,8 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/riverdriver/riversqlite"
-	"github.com/riverqueue/river/rivermigrate"
 	_ "modernc.org/sqlite"
 
 	"github.com/switchyard-dev/switchyard/internal/runtimebench"
@@ -381,28 +377,11 @@ func riverRun[TTx any](ctx context.Context, o options, client *river.Client[TTx]
 }
 
 func riverPG(ctx context.Context, o options, many bool) (result, error) {
-	schema := runtimebench.NewNamespace("peersriver")
-	pool, err := pgxpool.New(ctx, o.pg)
+	_, driver, schema, cleanup, err := riverSchema(ctx, o, "peersriver")
 	if err != nil {
 		return result{}, err
 	}
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return result{}, err
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		_, _ = pool.Exec(cctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
-	}()
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema, Logger: quietLogger()})
-	if err != nil {
-		return result{}, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return result{}, fmt.Errorf("river migrate: %w", err)
-	}
+	defer cleanup()
 	lat := newLatencies(o.tasks)
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &riverWorker{lat: lat})
@@ -429,12 +408,8 @@ func riverSQLite(ctx context.Context, o options, many bool) (result, error) {
 	defer db.Close()
 	db.SetMaxOpenConns(1) // as riversqlite's documentation advises
 	driver := riversqlite.New(db)
-	m, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: quietLogger()})
-	if err != nil {
-		return result{}, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return result{}, fmt.Errorf("river-sqlite migrate: %w", err)
+	if err := migrateRiver(ctx, driver, ""); err != nil {
+		return result{}, fmt.Errorf("river-sqlite: %w", err)
 	}
 	lat := newLatencies(o.tasks)
 	workers := river.NewWorkers()

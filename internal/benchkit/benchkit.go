@@ -115,3 +115,67 @@ func EndToEnd(ctx context.Context, b *broker.Broker, lane string, n, size, batch
 	}
 	return Result{Messages: r.Messages, Elapsed: time.Since(start)}, nil
 }
+
+// Stream is the adapters' raw-client comparison workload through
+// broker.Broker: it declares lane with one warm-up message outside the
+// measurement, then publishes n messages of size bytes in batches of
+// pubBatch while one consumer receives up to recvBatch at a time and acks
+// each batch, and measures from the first publish to the last ack.
+func Stream(ctx context.Context, b *broker.Broker, lane string, n, size, pubBatch, recvBatch int) (Result, error) {
+	if _, err := b.PublishOne(ctx, &broker.Message{Lane: lane, Kind: "warm.up"}); err != nil {
+		return Result{}, fmt.Errorf("warm-up publish: %w", err)
+	}
+	ds, err := b.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 1, Wait: 5 * time.Second})
+	if err != nil {
+		return Result{}, fmt.Errorf("warm-up receive: %w", err)
+	}
+	if len(ds) != 1 {
+		return Result{}, fmt.Errorf("warm-up receive: got %d messages, want 1", len(ds))
+	}
+	if err := b.Ack(ctx, ds...); err != nil {
+		return Result{}, fmt.Errorf("warm-up ack: %w", err)
+	}
+	body := make([]byte, size)
+	msgs := make([]*broker.Message, n)
+	for i := range msgs {
+		msgs[i] = &broker.Message{Lane: lane, Kind: "bench.noop", Body: body}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	consumed := make(chan error, 1)
+	go func() {
+		for got := 0; got < n; {
+			ds, err := b.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: recvBatch, Lease: time.Minute, Wait: time.Second})
+			if err == nil {
+				err = b.Ack(ctx, ds...)
+			}
+			if err != nil {
+				consumed <- err
+				return
+			}
+			got += len(ds)
+		}
+		consumed <- nil
+	}()
+	for i := 0; i < n; i += pubBatch {
+		rs, err := b.Publish(ctx, msgs[i:min(i+pubBatch, n)]...)
+		if err == nil {
+			for _, r := range rs {
+				if r.Err != nil {
+					err = r.Err
+					break
+				}
+			}
+		}
+		if err != nil {
+			cancel()
+			<-consumed
+			return Result{}, err
+		}
+	}
+	if err := <-consumed; err != nil {
+		return Result{}, err
+	}
+	return Result{Messages: n, Elapsed: time.Since(start)}, nil
+}
