@@ -24,6 +24,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance/testenv"
 	"github.com/switchyard-dev/switchyard/conformance/testenv/pgtest"
+	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/lanes"
 	"github.com/switchyard-dev/switchyard/ledger"
 	_ "github.com/switchyard-dev/switchyard/ledger/postgres" // postgres:// ledgers
@@ -277,10 +278,9 @@ func TestE2E_Embedded(t *testing.T) {
 }
 
 func TestE2E_Redis(t *testing.T) {
-	addr := testenv.Redis.Endpoint(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	runE2E(t, ctx, "redis://"+addr+"/0?namespace=pb"+fmt.Sprint(time.Now().UnixNano()), filepath.Join(dir, "ledger.db"), "anthropic")
+	runE2E(t, ctx, testclean.URL(t, "asynq", "pb"+fmt.Sprint(time.Now().UnixNano()), nil), filepath.Join(dir, "ledger.db"), "anthropic")
 }
 
 // TestE2E_Postgres: the lane on PostgreSQL end to end: the ledger (and
@@ -387,10 +387,9 @@ func childWorker() int {
 }
 
 func TestSIGKILL_BatchInFlight(t *testing.T) {
-	addr := testenv.Redis.Endpoint(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	brokerURL := "redis://" + addr + "/0?namespace=pbkill" + fmt.Sprint(time.Now().UnixNano())
+	brokerURL := testclean.URL(t, "asynq", "pbkill"+fmt.Sprint(time.Now().UnixNano()), nil)
 	ledgerPath := filepath.Join(dir, "ledger.db")
 	fake := fakeprovider.New()
 	defer fake.Close()
