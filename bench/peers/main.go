@@ -214,9 +214,11 @@ const (
 	rSyRedisPGMany   = "Switchyard, Redis, PostgreSQL ledger, EnqueueMany ×1,000"
 	rSyEmbeddedOff   = "Switchyard, embedded, ledger off"
 	rSyEmbeddedSQL   = "Switchyard, embedded, SQLite ledger"
-	rSyRedisSQL      = "Switchyard, Redis, SQLite ledger"
-	rSyPGBrokerOff   = "Switchyard, PostgreSQL broker, ledger off"
-	rSyPGBrokerPG    = "Switchyard, PostgreSQL broker, PostgreSQL ledger"
+	// rSyEmbeddedSQLM is the bulk path beside river-sqlite's InsertMany.
+	rSyEmbeddedSQLM = "Switchyard, embedded, SQLite ledger, EnqueueMany ×1,000"
+	rSyRedisSQL     = "Switchyard, Redis, SQLite ledger"
+	rSyPGBrokerOff  = "Switchyard, PostgreSQL broker, ledger off"
+	rSyPGBrokerPG   = "Switchyard, PostgreSQL broker, PostgreSQL ledger"
 )
 
 var ratios = []struct{ num, den string }{
@@ -225,6 +227,8 @@ var ratios = []struct{ num, den string }{
 	{rSyRedisPGMany, rRiverPGMany},
 	{rSyEmbeddedSQL, rRiverSQLiteMany},
 	{rSyEmbeddedSQL, rRiverSQLiteOne},
+	{rSyEmbeddedSQLM, rRiverSQLiteMany},
+	{rSyEmbeddedSQLM, rRiverSQLiteOne},
 	{rSyRedisSQL, rRiverSQLiteMany},
 	{rSyRedisOff, rAsynq},
 	{rSyRedisPGStep, rSyRedisPG},
@@ -263,6 +267,7 @@ func allRows() []row {
 		{rSyRedisSQL, false, sy(redisURL, sqliteLedger, runtimebench.LedgerOn)},
 		{rSyEmbeddedOff, false, sy(embedded, nil, runtimebench.LedgerOff)},
 		{rSyEmbeddedSQL, false, sy(embedded, sqliteLedger, runtimebench.LedgerOn)},
+		{rSyEmbeddedSQLM, false, sy(embedded, sqliteLedger, runtimebench.LedgerOnBulk)},
 		// The queue in PostgreSQL itself (adapters/postgres), on the same
 		// server as river's rows.
 		{rSyPGBrokerOff, true, sy(pgLedger, nil, runtimebench.LedgerOff)},

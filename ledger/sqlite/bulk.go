@@ -22,19 +22,23 @@ func (s backend) CreateMany(ctx context.Context, op string, ts []*ledger.Task, r
 			res[i].Err, ts[i] = store.Invalid(op, "metadata: %v", err), nil
 		}
 	}
+	items := make([]*createItem, 0, len(ts))
+	at := make([]int, 0, len(ts))
+	for i, t := range ts {
+		if t != nil {
+			items = append(items, &createItem{t: t, meta: metas[i]})
+			at = append(at, i)
+		}
+	}
 	return s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		for i, t := range ts {
-			if t == nil {
-				continue
-			}
-			existing, err := s.createInTx(ctx, tx, t, metas[i])
-			if err != nil {
-				return err
-			}
-			if existing != nil {
-				res[i] = ledger.CreateResult{Task: existing}
+		if err := s.createMany(ctx, tx, items); err != nil {
+			return err
+		}
+		for j, it := range items {
+			if it.existing != nil {
+				res[at[j]] = ledger.CreateResult{Task: it.existing}
 			} else {
-				res[i] = ledger.CreateResult{Task: t, Created: true}
+				res[at[j]] = ledger.CreateResult{Task: it.t, Created: true}
 			}
 		}
 		return nil

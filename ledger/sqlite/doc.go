@@ -67,6 +67,15 @@
 // one connection, and more than that over four contending writer
 // connections (which also ran past a 5 s busy timeout under load).
 //
+// Within a group, the hot writes of one kind (Create, BeginRun, EndRun
+// with a transition) are completed together by a few multi-row
+// statements (one SELECT of their tasks, then one INSERT or UPDATE … FROM
+// (VALUES …) per table) instead of a savepoint and a few statements
+// each; a write refused by its own guard still gets its own error, two
+// writes of one task never share a statement, and an error of a grouped
+// statement undoes it and runs its writes one by one (batch.go).
+// CreateMany inserts its tasks in multi-row INSERTs too.
+//
 // Several processes may open the same file: the file lock and the busy
 // timeout serialise their writers, and every guarded write (the
 // idempotency claim, a transition, a step, an effect) is a read and a

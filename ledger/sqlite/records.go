@@ -24,8 +24,13 @@ func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) 
 }
 
 // finishAttemptSQL records an attempt's outcome (FinishAttempt, EndRun).
-const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+const finishAttemptSQL = finishAttemptHead + `(?, ?, ?, ?, ?, ?, ?, ?, ?)` + finishAttemptTail
+
+// finishAttemptHead and finishAttemptTail surround finishAttemptSQL's
+// row (also a grouped statement's rows: batch.go).
+const finishAttemptHead = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack) VALUES `
+
+const finishAttemptTail = `
 			ON CONFLICT (task_id, number) DO UPDATE SET
 				worker = CASE WHEN excluded.worker <> '' THEN excluded.worker ELSE worker END,
 				start_at = COALESCE(excluded.start_at, start_at),

@@ -14,12 +14,12 @@ import (
 // attempt record and the event in one write (group-committed with the
 // writes of other tasks).
 func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
-	var (
-		out      *ledger.Task
-		conflict error
-	)
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		out, conflict = nil, nil
+	// Alone, the statements below; in a group, with the other BeginRuns'
+	// (batch.go).
+	it := &beginItem{op: op, req: req}
+	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		out, conflict := &it.out, &it.conflict
+		*out, *conflict = nil, nil
 		cur, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, req.ID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.NotFound(op, "task %s", req.ID)
@@ -30,14 +30,14 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 		now := s.opts.Now()
 		n, reason, detail, ok := store.NextRun(cur, req.Attempt, now)
 		if !ok {
-			out, conflict = cur, store.RunConflict(op, cur)
+			*out, *conflict = cur, store.RunConflict(op, cur)
 			return nil
 		}
 		start := req.Start
 		if start.IsZero() {
 			start = now
 		}
-		out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET state = 'running', attempt = ?, lease_until = ?,
+		*out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET state = 'running', attempt = ?, lease_until = ?,
 				updated_at = ?, event_seq = event_seq + 1
 			WHERE id = ? AND state = ? RETURNING `+taskCols,
 			n, now.Add(req.Lease).UnixNano(), now.UnixNano(), req.ID, string(cur.State)))
@@ -53,23 +53,30 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
 			req.ID, n, req.Worker, start.UnixNano())
 		return err
-	})
+	}, beginRunKind, it)
 	if err != nil {
 		return nil, err
 	}
-	return out, conflict
+	return it.out, it.conflict
 }
 
 // EndRun implements front.Backend: the attempt's outcome and the
 // transition in one write.
 func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
+	// With a transition: alone, the statements below; in a group, with
+	// the other EndRuns' (batch.go).
+	it := &endItem{op: op, req: req, from: from}
 	var (
-		out      *ledger.Task
-		conflict error
+		kind *batchKind
+		item batchItem
 	)
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		out, conflict = nil, nil
+	if req.Transition != nil {
+		kind, item = endRunKind, it
+	}
+	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		out, conflict := &it.out, &it.conflict
+		*out, *conflict = nil, nil
 		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if isFK(err) {
@@ -85,18 +92,18 @@ func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from 
 				s.opts.Now().UnixNano(), a.TaskID, a.Number)
 			return err
 		}
-		out, err = s.transitionTx(ctx, tx, op, req.Transition, from)
+		*out, err = s.transitionTx(ctx, tx, op, req.Transition, from)
 		if errors.Is(err, ledger.ErrConflict) {
 			// The attempt stays recorded; the move is refused.
-			conflict = err
-			out, err = scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, a.TaskID))
+			*conflict = err
+			*out, err = scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, a.TaskID))
 		}
 		return err
-	})
+	}, kind, item)
 	if err != nil {
 		return nil, err
 	}
-	return out, conflict
+	return it.out, it.conflict
 }
 
 // RenewLeases implements front.Backend.

@@ -149,7 +149,10 @@ type Store struct {
 	direct  bool // benchmark only: writes run on the caller's goroutine
 	txns    atomic.Int64
 	writes  atomic.Int64
-	rs      readStmts
+	// batches counts the grouped statements (batch.go) that completed,
+	// batchWrites their writes, splits those undone by an error.
+	batches, batchWrites, splits atomic.Int64
+	rs                           readStmts
 
 	hubOnce sync.Once
 	hub     *store.Hub // ledger.Notes listeners (notes.go)

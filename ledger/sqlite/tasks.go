@@ -18,7 +18,11 @@ const taskCols = `id, tenant, idem_key, kind, lane, ordering_key, args, state, a
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanTask(r scanner) (*ledger.Task, error) {
+func scanTask(r scanner) (*ledger.Task, error) { return scanTaskExtra(r) }
+
+// scanTaskExtra is scanTask for a row with more columns after
+// taskCols, scanned into extra.
+func scanTaskExtra(r scanner, extra ...any) (*ledger.Task, error) {
 	var (
 		t                ledger.Task
 		state            string
@@ -28,8 +32,8 @@ func scanTask(r scanner) (*ledger.Task, error) {
 		created, updated int64
 		args, result     []byte
 	)
-	if err := r.Scan(&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &args, &state,
-		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &result, &t.LastError, &created, &updated, &leaseUntil); err != nil {
+	if err := r.Scan(append([]any{&t.ID, &t.Tenant, &t.IdempotencyKey, &t.Kind, &t.Lane, &t.OrderingKey, &args, &state,
+		&t.Attempt, &t.MaxAttempts, &runAt, &deadline, &meta, &result, &t.LastError, &created, &updated, &leaseUntil}, extra...)...); err != nil {
 		return nil, err
 	}
 	t.State = ledger.State(state)
@@ -71,49 +75,23 @@ func metaJSON(m map[string]string) (any, error) {
 
 // Create implements front.Backend.
 func (s backend) Create(ctx context.Context, op string, t *ledger.Task) (*ledger.Task, bool, error) {
-	now := t.CreatedAt
 	meta, err := metaJSON(t.Metadata)
 	if err != nil {
 		return nil, false, store.Invalid(op, "metadata: %v", err)
 	}
-	var existing *ledger.Task
-	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		if t.IdempotencyKey != "" {
-			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE tenant = ? AND idem_key = ? AND idem_key <> ''`, t.Tenant, t.IdempotencyKey))
-			if err == nil {
-				existing = e
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-		}
-		res, err := s.txExec(ctx, tx, `INSERT INTO ledger_tasks (`+taskCols+`, event_seq)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, 1) ON CONFLICT DO NOTHING`,
-			t.ID, t.Tenant, t.IdempotencyKey, t.Kind, t.Lane, t.OrderingKey, t.Args, string(t.State), t.Attempt, t.MaxAttempts,
-			nanos(t.RunAt), nanos(t.Deadline), meta, t.Result, t.LastError, now.UnixNano(), now.UnixNano())
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			// The ID is taken: the task was already recorded.
-			e, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, t.ID))
-			if err != nil {
-				return err
-			}
-			existing = e
-			return nil
-		}
-		// The "enqueued" event is derived (enqueuedEventSQL), not a row.
-		return nil
-	})
+	// Alone it is createIn; in a group, one multi-row INSERT with the
+	// other Creates (batch.go).
+	it := &createItem{t: t, meta: meta}
+	err = s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		var err error
+		it.existing, err = s.createInTx(ctx, tx, t, meta)
+		return err
+	}, createKind, it)
 	if err != nil {
 		return nil, false, err
 	}
-	if existing != nil {
-		return existing, false, nil
+	if it.existing != nil {
+		return it.existing, false, nil
 	}
 	return t, true, nil
 }

@@ -30,7 +30,13 @@ const maxGroup = 128
 type writeFn func(ctx context.Context, tx *sql.Tx) error
 
 type writeReq struct {
-	fn    writeFn
+	fn writeFn
+	// kind, when set, is the grouped statement that completes this write
+	// together with the others of its kind in a group (batch.go); item
+	// is its arguments and results. fn is still the write alone.
+	kind  *batchKind
+	item  batchItem
+	err   error        // the write's own outcome in a grouped statement
 	state atomic.Int32 // reqQueued → reqTaken, or reqQueued → reqAbandoned
 	done  chan error
 }
@@ -117,13 +123,50 @@ func (s *Store) runGroup(g []*writeReq) {
 		live[0].done <- tx.Commit()
 		return
 	}
+	idx := make(map[*writeReq]int, len(live))
 	for i, r := range live {
+		idx[r] = i
+	}
+	// alone runs one write in its own savepoint; false means the
+	// transaction failed (the group was answered).
+	alone := func(r *writeReq) bool {
+		i := idx[r]
+		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+			s.failGroup(tx, live, err)
+			return false
+		}
+		errs[i] = call(ctx, tx, r.fn)
+		if errs[i] != nil {
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+				s.failGroup(tx, live, err)
+				return false
+			}
+		}
+		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+			s.failGroup(tx, live, err)
+			return false
+		}
+		return true
+	}
+	for _, st := range planGroup(live) {
+		if st.kind == nil {
+			if !alone(st.reqs[0]) {
+				return
+			}
+			continue
+		}
+		// A grouped statement runs in its own savepoint: an error in it
+		// (not a write's own refusal) undoes it and splits it, every
+		// write then running alone.
 		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
 		}
-		errs[i] = call(ctx, tx, r.fn)
-		if errs[i] != nil {
+		for _, r := range st.reqs {
+			r.err = nil
+		}
+		berr := callBatch(ctx, s, tx, st.kind, st.reqs)
+		if berr != nil {
 			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
 				s.failGroup(tx, live, err)
 				return
@@ -132,6 +175,20 @@ func (s *Store) runGroup(g []*writeReq) {
 		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
+		}
+		if berr != nil {
+			s.splits.Add(1)
+			for _, r := range st.reqs {
+				if !alone(r) {
+					return
+				}
+			}
+			continue
+		}
+		s.batches.Add(1)
+		s.batchWrites.Add(int64(len(st.reqs)))
+		for _, r := range st.reqs {
+			errs[idx[r]] = r.err
 		}
 	}
 	cerr := tx.Commit()
@@ -198,9 +255,28 @@ func (s *Store) txQueryRow(ctx context.Context, tx *sql.Tx, q string, args ...an
 	return tx.QueryRowContext(ctx, q, args...)
 }
 
+// txQuery is txExec for a query returning rows.
+func (s *Store) txQuery(ctx context.Context, tx *sql.Tx, q string, args ...any) (*sql.Rows, error) {
+	if s.direct {
+		return tx.QueryContext(ctx, q, args...)
+	}
+	if st := s.wr.stmts[q]; st != nil {
+		return tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	s.wr.unready[q] = true
+	return tx.QueryContext(ctx, q, args...)
+}
+
 // write runs fn in a write transaction on the writer goroutine; see the
 // comment at the top of this file.
 func (s *Store) write(ctx context.Context, op string, fn writeFn) error {
+	return s.writeKind(ctx, op, fn, nil, nil)
+}
+
+// writeKind is write for a write that a group may complete with the
+// others of its kind in one grouped statement (batch.go); fn is the
+// write alone, as in write.
+func (s *Store) writeKind(ctx context.Context, op string, fn writeFn, kind *batchKind, item batchItem) error {
 	if s.closed.Load() {
 		return store.Closed(op)
 	}
@@ -210,7 +286,7 @@ func (s *Store) write(ctx context.Context, op string, fn writeFn) error {
 	if s.direct {
 		return s.classify(op, s.writeDirect(ctx, fn))
 	}
-	r := &writeReq{fn: fn, done: make(chan error, 1)}
+	r := &writeReq{fn: fn, kind: kind, item: item, done: make(chan error, 1)}
 	select {
 	case s.reqs <- r:
 	case <-ctx.Done():
