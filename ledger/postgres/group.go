@@ -347,8 +347,8 @@ func (s *Store) runOne(ctx context.Context, r *groupReq) error {
 // and r never runs; once r is taken the caller waits for its outcome.
 func (s *Store) submit(ctx context.Context, r *groupReq) error {
 	if err := ctx.Err(); err != nil {
-		// A select below picks at random between a writer ready to take r
-		// and a context already done: a cancelled caller must never write.
+		// Once queued, r may be taken before the select below sees the
+		// context done: a caller already cancelled must never write.
 		return err
 	}
 	if s.g == nil {
