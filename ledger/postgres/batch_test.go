@@ -36,8 +36,49 @@ func heldGroups(t *testing.T) *Store {
 		s.pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 		s.Close()
 	})
-	s.g = &grouper{reqs: make(chan *groupReq), stop: make(chan struct{})}
+	s.g = newGrouper(-1)
 	return s
+}
+
+// queued waits (up to timeout) for writes to be queued on s's held group
+// writer, and takes them all; nil when none came in time.
+func queued(s *Store, timeout time.Duration) []*groupReq {
+	g := s.g
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		g.mu.Lock()
+		if len(g.q) > 0 {
+			rs := g.q
+			g.q = nil
+			g.mu.Unlock()
+			return rs
+		}
+		ch := g.changed
+		g.idle++ // so that push wakes this wait
+		g.mu.Unlock()
+		expired := false
+		select {
+		case <-ch:
+		case <-deadline.C:
+			expired = true
+		}
+		g.mu.Lock()
+		g.idle--
+		g.mu.Unlock()
+		if expired {
+			return queuedNow(g)
+		}
+	}
+}
+
+// queuedNow takes the writes queued on g, if any.
+func queuedNow(g *grouper) []*groupReq {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rs := g.q
+	g.q = nil
+	return rs
 }
 
 // group runs calls at once and, once all of them have submitted their
@@ -51,28 +92,31 @@ func group(t *testing.T, s *Store, calls ...func()) {
 		go func() { defer wg.Done(); c() }()
 	}
 	var rs []*groupReq
-	timeout := time.After(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for len(rs) < len(calls) {
-		select {
-		case r := <-s.g.reqs:
-			rs = append(rs, r)
-		case <-timeout:
+		got := queued(s, time.Until(deadline))
+		if got == nil {
 			t.Fatalf("%d of %d writes submitted", len(rs), len(calls))
 		}
+		rs = append(rs, got...)
 	}
 	s.runGroup(rs)
 	// A refused write reads the task after its group (not a write); a
 	// call that writes again submits once more: run those alone.
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		select {
-		case r := <-s.g.reqs:
-			s.runGroup([]*groupReq{r})
 		case <-done:
 			return
-		case <-time.After(10 * time.Second):
+		default:
+		}
+		if time.Now().After(deadline) {
 			t.Fatal("calls did not return")
+		}
+		for _, r := range queued(s, 10*time.Millisecond) {
+			s.runGroup([]*groupReq{r})
 		}
 	}
 }

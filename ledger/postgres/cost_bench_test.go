@@ -30,6 +30,10 @@ import (
 // included), and the schema's tables and indexes on disk.
 //
 //	go test ./ledger/postgres/ -run '^$' -bench TaskCost -benchtime 4000x
+//
+// SWITCHYARD_BENCH_GROUP_WAIT (a duration, 0 for none) sets the store's
+// GroupWait, SWITCHYARD_BENCH_POOL_CONNS its pool size (the writers are one
+// fewer).
 func BenchmarkTaskCost(b *testing.B) {
 	for _, keys := range []bool{false, true} {
 		b.Run(fmt.Sprintf("keys=%v", keys), func(b *testing.B) { benchTaskCost(b, keys) })
@@ -48,7 +52,20 @@ func benchTaskCost(b *testing.B, keys bool) {
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	s, err := postgres.Open(ctx, dsn+sep+"application_name="+schema, &postgres.Options{Schema: schema})
+	opts := &postgres.Options{Schema: schema}
+	if v := os.Getenv("SWITCHYARD_BENCH_GROUP_WAIT"); v != "" {
+		if opts.GroupWait, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
+		}
+		if opts.GroupWait == 0 {
+			opts.GroupWait = -1
+		}
+	}
+	extra := os.Getenv("SWITCHYARD_BENCH_POOL_CONNS")
+	if extra != "" {
+		extra = "&pool_max_conns=" + extra
+	}
+	s, err := postgres.Open(ctx, dsn+sep+"application_name="+schema+extra, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,6 +147,7 @@ func benchTaskCost(b *testing.B, keys bool) {
 	b.StopTimer()
 	cpu1 := backendCPU()
 	groups, writes, splits := s.GroupStats()
+	waited, full := s.GroupStarts()
 	arrays, arrayWrites := s.ArrayStats()
 	s.Close() // its backends exit and flush their statistics
 	time.Sleep(time.Second)
@@ -144,6 +162,7 @@ func benchTaskCost(b *testing.B, keys bool) {
 	if groups > 0 {
 		b.ReportMetric(float64(writes)/float64(groups), "writes/group")
 		b.ReportMetric(float64(splits)/float64(groups), "splits/group")
+		b.ReportMetric(float64(waited+full)/float64(groups), "overflow/group")
 	}
 	if arrays > 0 {
 		b.ReportMetric(float64(arrayWrites)/float64(arrays), "writes/array")

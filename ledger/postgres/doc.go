@@ -8,12 +8,15 @@
 //
 //	postgres://user:pass@db.internal:5432/app?sslmode=require&schema=switchyard
 //
-// The ledger's own query parameters, both optional:
+// The ledger's own query parameters, all optional:
 //
 //	schema=name        the schema holding the ledger's tables, created if missing
 //	                   and set as every connection's search_path (1–63 of
 //	                   [a-z0-9_]); default: the server's search_path (public)
 //	dedup_window=24h   how long a broker.DedupStore claim holds
+//	group_commit=true  false: every hot write is its own statement and commit
+//	group_wait=1ms     the longest a write waits for a busy group writer while
+//	                   another is free (0: none); see Options.GroupWait
 //
 // pgx's connection parameters (sslmode, sslrootcert, connect_timeout,
 // application_name, target_session_attrs, …) and pool parameters

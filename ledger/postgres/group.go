@@ -15,13 +15,15 @@ import (
 // PutStep, BeginEffect, SetEffect) are single statements that report
 // "nothing to do" as zero rows, never as an error. So the writes that
 // arrive while others are in flight can share one pipelined round trip and
-// one commit: a few writer goroutines each take the first waiting write,
-// gather the others waiting (up to maxGroup), and send them as one pgx
+// one commit: a few writer goroutines (one per pool connection but one)
+// each take the writes queued (up to maxGroup) and send them as one pgx
 // Batch, which PostgreSQL runs in one implicit transaction. Each caller
 // gets its own statement's result.
 //
-// A write alone is sent at once (nothing waits for company), so latency
-// under light load is one statement's. When a statement of a group fails
+// A write that finds no writer busy is sent at once (nothing waits for
+// company), so latency under light load is one statement's; one that
+// arrives while a writer is busy waits for it, at most GroupWait when
+// another writer is free (see "Writers and waiting" below). When a statement of a group fails
 // on the server (a foreign-key error for an unknown task, a deadlock with
 // another group), the implicit transaction rolls the whole group back:
 // every write of it is then run again on its own, so each caller gets its
@@ -39,6 +41,23 @@ import (
 // maxGroup bounds how many writes share one round trip and commit.
 const maxGroup = 64
 
+// Writers and waiting. A commit costs the server far more than a write
+// in an array statement (docs/BENCHMARKS.md: ~300 µs of backend CPU per
+// commit on the test VM, against ~100 µs per task, three writes, at 64
+// writes a statement), so fewer, larger groups are cheaper. A writer that
+// is not running a group starts one with the writes queued (up to
+// maxGroup, oldest first) when no other writer is busy, when a full group
+// is queued, or when the oldest queued write has waited GroupWait; not
+// otherwise. So a write that arrives while no writer is busy is sent at
+// once; one that arrives while a writer is busy waits for that writer's
+// next group (or another writer finishing with no other busy), and never
+// longer than GroupWait while a writer is free. Under load the groups
+// grow instead of the number of commits, and only as many writers run at
+// once as it takes to keep every write's wait within GroupWait.
+
+// defaultGroupWait is Options.GroupWait's default.
+const defaultGroupWait = time.Millisecond
+
 type groupReq struct {
 	sql  string
 	args []any
@@ -51,6 +70,7 @@ type groupReq struct {
 	err   error        // the outcome, while the group is read
 	state atomic.Int32 // reqQueued → reqTaken | reqAbandoned
 	done  chan error
+	at    time.Time // when it was queued
 }
 
 const (
@@ -60,19 +80,38 @@ const (
 )
 
 type grouper struct {
-	reqs chan *groupReq
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// wait is how long the oldest queued write waits for a busy writer
+	// before an idle one takes it (negative: an idle writer takes a write
+	// at once).
+	wait time.Duration
+	mu   sync.Mutex
+	q    []*groupReq // queued writes, oldest first
+	busy int         // writers running a group
+	idle int         // writers waiting on changed
+	// changed is closed, and replaced, when a write arrives that may let
+	// an idle writer start a group.
+	changed chan struct{}
+	stopped bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
 	// Counters, for tests and benchmarks.
 	groups, writes, splits atomic.Int64
 	// arrays counts the array statements sent, arrayWrites the writes
 	// they completed.
 	arrays, arrayWrites atomic.Int64
+	// waited counts the groups an idle writer started because the oldest
+	// write had waited GroupWait for a busy one, full those it started
+	// because maxGroup writes were waiting.
+	waited, full atomic.Int64
+}
+
+func newGrouper(wait time.Duration) *grouper {
+	return &grouper{wait: wait, changed: make(chan struct{}), stop: make(chan struct{})}
 }
 
 // startGroup starts n writer goroutines.
 func (s *Store) startGroup(n int) {
-	g := &grouper{reqs: make(chan *groupReq), stop: make(chan struct{})}
+	g := newGrouper(s.opts.GroupWait)
 	s.g = g
 	for range n {
 		g.wg.Add(1)
@@ -81,36 +120,119 @@ func (s *Store) startGroup(n int) {
 }
 
 func (s *Store) stopGroup() {
-	if s.g == nil {
+	g := s.g
+	if g == nil {
 		return
 	}
-	close(s.g.stop)
-	s.g.wg.Wait()
+	g.mu.Lock()
+	g.stopped = true
+	q := g.q
+	g.q = nil
+	g.mu.Unlock()
+	close(g.stop)
+	g.wg.Wait()
+	// Writes still queued never ran: their callers get the error a write
+	// submitted after Close gets.
+	for _, r := range q {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			r.done <- errClosedPool
+		}
+	}
+}
+
+var errClosedPool = errors.New("closed pool")
+
+// push queues r and wakes the idle writers when r may start a group: it
+// is the only write queued, or it fills a group.
+func (g *grouper) push(r *groupReq) error {
+	r.at = time.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopped {
+		return errClosedPool
+	}
+	g.q = append(g.q, r)
+	if n := len(g.q); g.idle > 0 && (n == 1 || n == maxGroup || g.busy == 0) {
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// next waits until this writer may start a group and returns its writes
+// (appended to buf[:0]), or nil once the writer is stopped. ran says the
+// writer has just finished a group.
+func (g *grouper) next(buf []*groupReq, ran bool, timer *time.Timer) []*groupReq {
+	g.mu.Lock()
+	if ran {
+		g.busy--
+	}
+	for {
+		if g.stopped {
+			g.mu.Unlock()
+			return nil
+		}
+		var left time.Duration
+		if n := len(g.q); n > 0 {
+			take := g.busy == 0 || g.wait < 0
+			if !take && n >= maxGroup {
+				take = true
+				g.full.Add(1)
+			}
+			if !take {
+				left = g.wait - time.Since(g.q[0].at)
+				if left <= 0 {
+					take = true
+					g.waited.Add(1)
+				}
+			}
+			if take {
+				k := min(n, maxGroup)
+				buf = append(buf[:0], g.q[:k]...)
+				m := copy(g.q, g.q[k:])
+				clear(g.q[m:])
+				g.q = g.q[:m]
+				g.busy++
+				g.mu.Unlock()
+				return buf
+			}
+		}
+		ch := g.changed
+		g.idle++
+		g.mu.Unlock()
+		var tc <-chan time.Time
+		if left > 0 {
+			timer.Reset(left)
+			tc = timer.C
+		}
+		select {
+		case <-ch:
+		case <-tc:
+		case <-g.stop:
+		}
+		if tc != nil {
+			timer.Stop()
+		}
+		g.mu.Lock()
+		g.idle--
+	}
 }
 
 func (s *Store) groupLoop() {
 	g := s.g
 	defer g.wg.Done()
 	buf := make([]*groupReq, 0, maxGroup)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	ran := false
 	for {
-		var first *groupReq
-		select {
-		case first = <-g.reqs:
-		case <-g.stop:
+		buf = g.next(buf, ran, timer)
+		if buf == nil {
 			return
-		}
-		buf = append(buf[:0], first)
-	gather:
-		for len(buf) < maxGroup {
-			select {
-			case r := <-g.reqs:
-				buf = append(buf, r)
-			default:
-				break gather
-			}
 		}
 		s.runGroup(buf)
 		clear(buf)
+		ran = true
 	}
 }
 
@@ -225,20 +347,16 @@ func (s *Store) runOne(ctx context.Context, r *groupReq) error {
 // and r never runs; once r is taken the caller waits for its outcome.
 func (s *Store) submit(ctx context.Context, r *groupReq) error {
 	if err := ctx.Err(); err != nil {
-		// A select below picks at random between a writer ready to take r
-		// and a context already done: a cancelled caller must never write.
+		// Once queued, r may be taken before the select below sees the
+		// context done: a caller already cancelled must never write.
 		return err
 	}
 	if s.g == nil {
 		return s.runOne(ctx, r)
 	}
 	r.done = make(chan error, 1)
-	select {
-	case s.g.reqs <- r:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.g.stop:
-		return errors.New("closed pool")
+	if err := s.g.push(r); err != nil {
+		return err
 	}
 	select {
 	case err := <-r.done:
@@ -285,4 +403,16 @@ func (s *Store) ArrayStats() (stmts, writes int64) {
 		return 0, 0
 	}
 	return s.g.arrays.Load(), s.g.arrayWrites.Load()
+}
+
+// GroupStarts reports how many groups an idle writer started because the
+// oldest queued write had waited GroupWait for a busy writer (waited),
+// and how many because a full group was queued (full); the other groups
+// started on a write that found no writer busy, or on the writes queued
+// when a writer finished.
+func (s *Store) GroupStarts() (waited, full int64) {
+	if s.g == nil {
+		return 0, 0
+	}
+	return s.g.waited.Load(), s.g.full.Load()
 }

@@ -105,3 +105,30 @@ func TestGroupCommit_Off(t *testing.T) {
 		t.Errorf("group_commit=maybe: %v, want ErrInvalid", err)
 	}
 }
+
+// TestGroupWait_DSN: group_wait takes a duration (0: no wait) and refuses
+// anything else.
+func TestGroupWait_DSN(t *testing.T) {
+	t.Parallel()
+	dsn, schema := freshSchema(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	dsn += sep + "schema=" + schema
+	for _, w := range []string{"0", "500us", "5ms"} {
+		L, err := ledger.Open(context.Background(), dsn+"&group_wait="+w)
+		if err != nil {
+			t.Fatalf("group_wait=%s: %v", w, err)
+		}
+		if _, _, err := L.Create(context.Background(), &ledger.Task{Kind: "k", Lane: "interactive"}); err != nil {
+			t.Errorf("group_wait=%s: %v", w, err)
+		}
+		L.Close()
+	}
+	for _, w := range []string{"soon", "-1ms"} {
+		if _, err := ledger.Open(context.Background(), dsn+"&group_wait="+w); !errors.Is(err, broker.ErrInvalid) {
+			t.Errorf("group_wait=%s: %v, want ErrInvalid", w, err)
+		}
+	}
+}

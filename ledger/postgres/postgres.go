@@ -53,6 +53,15 @@ type Options struct {
 	// reads).
 	// DSN: group_commit=false.
 	NoGroupCommit bool
+	// GroupWait is how long a write waits for the group writer that is
+	// busy to take it in its next group before an idle writer starts a
+	// group with it (group.go): the longest a write waits for a busy
+	// connection while another is free. Longer waits make larger groups
+	// and fewer commits under load; a write that arrives while no writer
+	// is busy is sent at once whatever the wait. Defaults to 1ms; a
+	// negative value means no wait (an idle writer takes every write at
+	// once). DSN: group_wait=1ms (0 for no wait).
+	GroupWait time.Duration
 }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -67,6 +76,12 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if err := store.Defaults("postgres: open", &c.DedupWindow, &c.OrderingStall, &c.Now); err != nil {
 		return c, err
+	}
+	switch {
+	case c.GroupWait == 0:
+		c.GroupWait = defaultGroupWait
+	case c.GroupWait < 0:
+		c.GroupWait = -1
 	}
 	return c, nil
 }
@@ -146,7 +161,7 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	var unknown []string
 	for k, v := range vals {
 		switch {
-		case k == "schema" || k == "dedup_window" || k == "group_commit":
+		case k == "schema" || k == "dedup_window" || k == "group_commit" || k == "group_wait":
 			mine[k] = v
 			delete(vals, k)
 		case !pgxParams[k]:
@@ -159,15 +174,19 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 		DedupWindow: q.Duration("dedup_window", store.DefaultDedupWindow),
 	}
 	o.NoGroupCommit = !q.Bool("group_commit", true)
+	o.GroupWait = q.Duration("group_wait", defaultGroupWait)
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window, group_commit; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
+		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window, group_commit, group_wait; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
 	}
 	if err := q.Finish(); err != nil {
 		return nil, broker.Invalidf("ledger DSN: %s", strings.TrimPrefix(err.Error(), "broker URL: "))
 	}
 	if o.DedupWindow <= 0 {
 		return nil, broker.Invalidf("ledger DSN: dedup_window must be positive")
+	}
+	if o.GroupWait == 0 {
+		o.GroupWait = -1 // no wait
 	}
 	c := *u
 	c.RawQuery = vals.Encode()
