@@ -5,13 +5,42 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-const insertSQL = `INSERT INTO sy_messages
+const insertColumns = 13
+
+// insertSizes are the row counts of the prepared INSERT statements: a batch
+// is written in as few statements as its size's binary digits (64 rows at a
+// time above that), one VALUES row per message. A statement per message
+// cost more in the driver and in SQLite's statement setup than the row
+// itself.
+var insertSizes = []int{64, 32, 16, 8, 4, 2, 1}
+
+// insertSQL holds the INSERT of n messages at n, for each n of insertSizes.
+var insertSQL = func() map[int]string {
+	m := map[int]string{}
+	for _, n := range insertSizes {
+		m[n] = insertSQLOf(n)
+	}
+	return m
+}()
+
+func insertSQLOf(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO sy_messages
 		(ns, lane, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
+}
 
 // Publish implements broker.Driver.
 func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
@@ -41,11 +70,10 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 	if d.closed.Load() {
 		return broker.ClosedError("publish")
 	}
-	ins, err := d.txStmt(ctx, tx, insertSQL)
-	if err != nil {
-		return err
-	}
 	now := d.nowNano()
+	// The rows to insert, insertColumns values each, in publish order (the
+	// VALUES rows of one statement get increasing seqs in their order).
+	rows := make([]any, 0, insertColumns*len(msgs))
 	for i, m := range msgs {
 		res[i].ID = m.ID
 		if m.IdempotencyKey != "" && !d.cfg.Reduced {
@@ -73,10 +101,26 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 		if rn := nano(m.RunAt); rn > visible {
 			visible = rn
 		}
-		if _, err := ins.ExecContext(ctx, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
-			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible); err != nil {
+		rows = append(rows, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
+			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
+	}
+	for len(rows) > 0 {
+		n := len(rows) / insertColumns
+		size := insertSizes[len(insertSizes)-1]
+		for _, sz := range insertSizes {
+			if sz <= n {
+				size = sz
+				break
+			}
+		}
+		ins, err := d.txStmt(ctx, tx, insertSQL[size])
+		if err != nil {
 			return err
 		}
+		if _, err := ins.ExecContext(ctx, rows[:size*insertColumns]...); err != nil {
+			return err
+		}
+		rows = rows[size*insertColumns:]
 	}
 	return nil
 }

@@ -10,9 +10,33 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-const ackSQL = `DELETE FROM sy_messages WHERE (seq, lease_token) IN
-	(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
-RETURNING seq`
+// ackSizes are the pair counts of the prepared ack statements: a batch is
+// deleted 64 deliveries a statement, the rest in one of 8 or 64, padded
+// with NULL pairs, which match no row. The pairs are bound as parameters:
+// passing them as one JSON array cost more in json_each and json_extract
+// than the deletes.
+var ackSizes = []int{8, 64}
+
+// ackSQL holds the ack statement of n (seq, lease_token) pairs at n. The
+// pairs are a subquery of VALUES: "IN (VALUES …)" with a row value scans the
+// whole table; "IN (SELECT … FROM (VALUES …))" looks each seq up
+// (TestQueryPlans).
+var ackSQL = func() map[int]string {
+	m := map[int]string{}
+	for _, n := range ackSizes {
+		var b strings.Builder
+		b.WriteString(`DELETE FROM sy_messages WHERE (seq, lease_token) IN (SELECT column1, column2 FROM (VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "(?%d, ?%d)", 2*i+1, 2*i+2)
+		}
+		b.WriteString(`)) RETURNING seq`)
+		m[n] = b.String()
+	}
+	return m
+}()
 
 func handleOf(op string, dv *broker.Delivery) (handle, error) {
 	if dv == nil {
@@ -33,46 +57,47 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	// One statement for the whole batch: the (seq, token) pairs travel as a
-	// JSON array, so the statement stays prepared whatever the batch size.
-	pairs := make([]byte, 0, 40*len(ds))
-	pairs = append(pairs, '[')
 	want := make(map[int64]string, len(ds))
-	for i, dv := range ds {
+	pairs := make([]any, 0, 2*len(ds))
+	for _, dv := range ds {
 		h, err := handleOf("ack", dv)
 		if err != nil {
 			return err
 		}
-		if i > 0 {
-			pairs = append(pairs, ',')
-		}
-		pairs = fmt.Appendf(pairs, "[%d,%d]", h.seq, h.token)
+		pairs = append(pairs, h.seq, h.token)
 		want[h.seq] = dv.ID
 	}
-	pairs = append(pairs, ']')
-	st, err := d.shared.stmt(ackSQL)
-	if err != nil {
-		return classify("ack", err)
-	}
-	// The statement's deletions stand even when some deliveries' leases
+	// The statements' deletions stand even when some deliveries' leases
 	// were lost: those are reported after the commit.
-	err = d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if d.closed.Load() {
 			return broker.ClosedError("ack")
 		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, string(pairs))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq int64
-			if err := rows.Scan(&seq); err != nil {
+		for rest := pairs; len(rest) > 0; {
+			size := ackSizes[len(ackSizes)-1]
+			for _, sz := range ackSizes {
+				if 2*sz >= len(rest) {
+					size = sz
+					break
+				}
+			}
+			args := rest[:min(len(rest), 2*size)]
+			rest = rest[len(args):]
+			if len(args) < 2*size {
+				args = append(make([]any, 0, 2*size), args...)
+				for len(args) < 2*size {
+					args = append(args, nil)
+				}
+			}
+			st, err := d.txStmt(ctx, tx, ackSQL[size])
+			if err != nil {
 				return err
 			}
-			delete(want, seq)
+			if err := ackRows(ctx, st, args, want); err != nil {
+				return err
+			}
 		}
-		return rows.Err()
+		return nil
 	})
 	if err != nil {
 		return classify("ack", err)
@@ -85,6 +110,23 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		return broker.LeaseLostError("ack", strings.Join(lost, ","))
 	}
 	return nil
+}
+
+// ackRows runs one ack statement and removes the deleted seqs from want.
+func ackRows(ctx context.Context, st *sql.Stmt, args []any, want map[int64]string) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return err
+		}
+		delete(want, seq)
+	}
+	return rows.Err()
 }
 
 // exec runs one guarded single-row update and reports ErrLeaseLost when the

@@ -277,7 +277,16 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
 
-var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL}
+var preparedQueries = func() []string {
+	qs := []string{receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL}
+	for _, n := range insertSizes {
+		qs = append(qs, insertSQL[n])
+	}
+	for _, n := range ackSizes {
+		qs = append(qs, ackSQL[n])
+	}
+	return qs
+}()
 
 // waker lets Receive calls sleep until a publish in this process.
 type waker struct {
