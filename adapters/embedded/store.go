@@ -201,12 +201,20 @@ func releaseShared(s *sharedDB) error {
 	return s.db.Close()
 }
 
-const schemaVersion = 1
+// schemaVersion is the version of the database's tables, in sy_meta.
+// Version 2 dropped AUTOINCREMENT from sy_messages.seq: it updated
+// sqlite_sequence (a row and a page more in every publish's transaction)
+// for a guarantee nothing needs. A new seq is still above every seq in the
+// table, so publish order and ordering by key hold; a seq freed by an ack
+// can come back once every message above it is gone too, and the random
+// lease token every ack, nack and extend is guarded by tells the new
+// message from the old one.
+const schemaVersion = 2
 
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-	`CREATE TABLE IF NOT EXISTS sy_messages (
-		seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+// messagesTable is the CREATE TABLE of sy_messages under name.
+func messagesTable(name string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + name + ` (
+		seq          INTEGER PRIMARY KEY,
 		ns           TEXT NOT NULL,
 		lane         TEXT NOT NULL,
 		dead         INTEGER NOT NULL DEFAULT 0,
@@ -224,15 +232,36 @@ var schema = []string{
 		attempts     INTEGER NOT NULL DEFAULT 0,
 		lease_token  INTEGER NOT NULL DEFAULT 0,
 		dead_letter  BLOB
-	)`,
+	)`
+}
+
+const messagesColumns = `seq, ns, lane, dead, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at, attempts, lease_token, dead_letter`
+
+var messagesIndexes = []string{
 	`CREATE INDEX IF NOT EXISTS sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
 	`CREATE INDEX IF NOT EXISTS sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
+}
+
+// schema creates the tables of schemaVersion where they are missing.
+var schema = append([]string{
+	messagesTable("sy_messages"),
 	`CREATE TABLE IF NOT EXISTS sy_dedup (
 		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
 		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
 		PRIMARY KEY (ns, lane, tenant, key)
 	) WITHOUT ROWID`,
-}
+}, messagesIndexes...)
+
+// migrateV1 rebuilds a version 1 sy_messages without AUTOINCREMENT,
+// keeping every row (seq, leases and dead letters included). SQLite cannot
+// drop AUTOINCREMENT in place; dropping the old table drops its indexes and
+// its sqlite_sequence row.
+var migrateV1 = append([]string{
+	messagesTable("sy_messages_v2"),
+	`INSERT INTO sy_messages_v2 (` + messagesColumns + `) SELECT ` + messagesColumns + ` FROM sy_messages`,
+	`DROP TABLE sy_messages`,
+	`ALTER TABLE sy_messages_v2 RENAME TO sy_messages`,
+}, messagesIndexes...)
 
 func migrate(ctx context.Context, db *sql.DB) error {
 	// A quick read first: a file that is not SQLite fails here with a clear
@@ -241,26 +270,53 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
 		return classifyOpen(err)
 	}
+	// The transaction is IMMEDIATE (the DSN's _txlock): a second process
+	// opening the file at once waits here and then finds the version
+	// written.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return classifyOpen(err)
 	}
 	defer tx.Rollback()
-	for _, s := range schema {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
-			return classifyOpen(err)
+	exec := func(qs ...string) error {
+		for _, q := range qs {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return classifyOpen(err)
+			}
 		}
+		return nil
+	}
+	if err := exec(`CREATE TABLE IF NOT EXISTS sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`); err != nil {
+		return err
 	}
 	var v string
 	err = tx.QueryRowContext(ctx, `SELECT value FROM sy_meta WHERE key = 'schema_version'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
+		// A new database: every version wrote its version with its tables.
+		if err := exec(schema...); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sy_meta (key, value) VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
 			return classifyOpen(err)
 		}
 	case err != nil:
 		return classifyOpen(err)
-	case v != fmt.Sprint(schemaVersion):
+	case v == "1":
+		if err := exec(migrateV1...); err != nil {
+			return err
+		}
+		if err := exec(schema...); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sy_meta SET value = ? WHERE key = 'schema_version'`, fmt.Sprint(schemaVersion)); err != nil {
+			return classifyOpen(err)
+		}
+	case v == fmt.Sprint(schemaVersion):
+		if err := exec(schema...); err != nil {
+			return err
+		}
+	default:
 		return broker.Invalidf("embedded: database schema version %s is not supported by this build (which knows %d)", v, schemaVersion)
 	}
 	return classifyOpen(tx.Commit())
