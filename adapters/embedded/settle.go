@@ -3,7 +3,6 @@ package embedded
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strings"
 	"time"
 
@@ -18,7 +17,8 @@ import (
 var ackSizes = []int{8, 64}
 
 // ackSQL holds the ack statement of n (seq, lease_token) pairs at n. The
-// pairs are a subquery of VALUES: "IN (VALUES …)" with a row value scans the
+// parameters are plain "?" (the driver looks a numbered one's name up and
+// parses it at every bind). The pairs are a subquery of VALUES: "IN (VALUES …)" with a row value scans the
 // whole table; "IN (SELECT … FROM (VALUES …))" looks each seq up
 // (TestQueryPlans).
 var ackSQL = func() map[int]string {
@@ -30,7 +30,7 @@ var ackSQL = func() map[int]string {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			fmt.Fprintf(&b, "(?%d, ?%d)", 2*i+1, 2*i+2)
+			b.WriteString("(?, ?)")
 		}
 		b.WriteString(`)) RETURNING seq`)
 		m[n] = b.String()

@@ -56,27 +56,35 @@ func checkExisting(ctx context.Context, abs string) error {
 	if err != nil || !bytes.Equal(buf, sqliteHeader) {
 		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database (it is not a SQLite file)", abs)
 	}
-	db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro")
-	if err != nil {
-		return classifyOpen(err)
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
-	if err != nil {
-		return classifyOpen(err)
-	}
-	defer rows.Close()
+	// Another process creating or migrating the file at this moment (its
+	// switch to WAL, its WAL recovery) answers this read with SQLITE_BUSY
+	// at once, whatever busy_timeout says: a fleet's processes starting
+	// together failed "open: database is locked" here.
 	var names []string
 	ours := false
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return classifyOpen(err)
+	err = sqliteopen.RetryBusy(ctx, func() error {
+		names, ours = nil, false
+		db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro&_pragma=busy_timeout(10000)")
+		if err != nil {
+			return err
 		}
-		ours = ours || name == "sy_meta"
-		names = append(names, name)
-	}
-	if err := rows.Err(); err != nil {
+		defer db.Close()
+		rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				return err
+			}
+			ours = ours || name == "sy_meta"
+			names = append(names, name)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return classifyOpen(err)
 	}
 	if len(names) > 0 && !ours {
