@@ -12,12 +12,13 @@ import (
 
 const insertColumns = 13
 
-// insertSizes are the row counts of the prepared INSERT statements: a batch
-// is written in as few statements as its size's binary digits (64 rows at a
+// insertSizes are the row counts of the prepared INSERT statements, largest
+// first: a batch
+// is written in as few statements as its size's binary digits (32 rows at a
 // time above that), one VALUES row per message. A statement per message
 // cost more in the driver and in SQLite's statement setup than the row
 // itself.
-var insertSizes = []int{64, 32, 16, 8, 4, 2, 1}
+var insertSizes = []int{32, 16, 8, 4, 2, 1}
 
 // insertSQL holds the INSERT of n messages at n, for each n of insertSizes.
 var insertSQL = func() map[int]string {
@@ -27,6 +28,27 @@ var insertSQL = func() map[int]string {
 	}
 	return m
 }()
+
+// insertChunk is the size of the next statement for n rows.
+func insertChunk(n int) int {
+	for _, sz := range insertSizes {
+		if sz <= n {
+			return sz
+		}
+	}
+	return insertSizes[len(insertSizes)-1]
+}
+
+// insertQueries are the statements n rows take.
+func insertQueries(n int) []string {
+	var qs []string
+	for n > 0 {
+		sz := insertChunk(n)
+		qs = append(qs, insertSQL[sz])
+		n -= sz
+	}
+	return qs
+}
 
 func insertSQLOf(n int) string {
 	var b strings.Builder
@@ -48,6 +70,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		return nil, broker.ClosedError("publish")
 	}
 	var res []broker.PublishResult
+	d.shared.prepare(ctx, insertQueries(len(msgs))...)
 	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = make([]broker.PublishResult, len(msgs))
 		return d.publishTx(ctx, tx, msgs, res)
@@ -105,14 +128,7 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
 	}
 	for len(rows) > 0 {
-		n := len(rows) / insertColumns
-		size := insertSizes[len(insertSizes)-1]
-		for _, sz := range insertSizes {
-			if sz <= n {
-				size = sz
-				break
-			}
-		}
+		size := insertChunk(len(rows) / insertColumns)
 		ins, err := d.txStmt(ctx, tx, insertSQL[size])
 		if err != nil {
 			return err

@@ -9,18 +9,18 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-// ackSizes are the pair counts of the prepared ack statements: a batch is
-// deleted 64 deliveries a statement, the rest in one of 8 or 64, padded
-// with NULL pairs, which match no row. The pairs are bound as parameters:
-// passing them as one JSON array cost more in json_each and json_extract
-// than the deletes.
-var ackSizes = []int{8, 64}
+// ackSizes are the pair counts of the prepared ack statements, smallest
+// first: a batch is deleted 32 deliveries a statement, the rest in one of 8
+// or 32, padded with NULL pairs, which match no row. The pairs are bound as
+// parameters: passing them as one JSON array cost more in json_each and
+// json_extract than the deletes.
+var ackSizes = []int{8, 32}
 
 // ackSQL holds the ack statement of n (seq, lease_token) pairs at n. The
 // parameters are plain "?" (the driver looks a numbered one's name up and
-// parses it at every bind). The pairs are a subquery of VALUES: "IN (VALUES …)" with a row value scans the
-// whole table; "IN (SELECT … FROM (VALUES …))" looks each seq up
-// (TestQueryPlans).
+// parses it at every bind). The pairs are a subquery of VALUES: "IN
+// (VALUES …)" with a row value scans the whole table; "IN (SELECT … FROM
+// (VALUES …))" looks each seq up (TestQueryPlans).
 var ackSQL = func() map[int]string {
 	m := map[int]string{}
 	for _, n := range ackSizes {
@@ -67,6 +67,11 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		pairs = append(pairs, h.seq, h.token)
 		want[h.seq] = dv.ID
 	}
+	var qs []string
+	for n := len(ds); n > 0; n -= ackChunk(n) {
+		qs = append(qs, ackSQL[ackChunk(n)])
+	}
+	d.shared.prepare(ctx, qs...)
 	// The statements' deletions stand even when some deliveries' leases
 	// were lost: those are reported after the commit.
 	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
@@ -74,13 +79,7 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 			return broker.ClosedError("ack")
 		}
 		for rest := pairs; len(rest) > 0; {
-			size := ackSizes[len(ackSizes)-1]
-			for _, sz := range ackSizes {
-				if 2*sz >= len(rest) {
-					size = sz
-					break
-				}
-			}
+			size := ackChunk(len(rest) / 2)
 			args := rest[:min(len(rest), 2*size)]
 			rest = rest[len(args):]
 			if len(args) < 2*size {
@@ -110,6 +109,16 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		return broker.LeaseLostError("ack", strings.Join(lost, ","))
 	}
 	return nil
+}
+
+// ackChunk is the size of the statement for the next n pairs.
+func ackChunk(n int) int {
+	for _, sz := range ackSizes {
+		if sz >= n {
+			return sz
+		}
+	}
+	return ackSizes[len(ackSizes)-1]
 }
 
 // ackRows runs one ack statement and removes the deleted seqs from want.

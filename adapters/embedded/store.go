@@ -106,9 +106,11 @@ type sharedDB struct {
 	memory bool
 
 	mu     sync.Mutex
-	wakers map[string]*waker    // per namespace and lane, under mu
-	stmts  map[string]*sql.Stmt // prepared at open, read-only after
-	w      *writer              // gathers concurrent write transactions
+	wakers map[string]*waker // per namespace and lane, under mu
+	w      *writer           // gathers concurrent write transactions
+
+	stmtMu sync.RWMutex
+	stmts  map[string]*sql.Stmt // prepared at open or by prepare, under stmtMu
 }
 
 // waker returns the waker of (ns, lane).
@@ -129,10 +131,38 @@ func (s *sharedDB) waker(ns, lane string) *waker {
 // in preparedQueries; preparing lazily could deadlock on the single
 // connection while a transaction holds it.
 func (s *sharedDB) stmt(query string) (*sql.Stmt, error) {
-	if st := s.stmts[query]; st != nil {
+	s.stmtMu.RLock()
+	st := s.stmts[query]
+	s.stmtMu.RUnlock()
+	if st != nil {
 		return st, nil
 	}
 	return nil, fmt.Errorf("embedded: statement not prepared: %.40s", query)
+}
+
+// prepare prepares the multi-row statements (lazyQueries) a batch will use
+// the first time one is needed. Its caller must hold no transaction: it
+// waits for the connection. A failure is left to the transaction, which
+// then prepares the statement for itself (txStmt). Preparing them all at
+// open made every open several times slower under the race detector (the
+// chaos test's restarted workers).
+func (s *sharedDB) prepare(ctx context.Context, queries ...string) {
+	for _, q := range queries {
+		if _, err := s.stmt(q); err == nil {
+			continue
+		}
+		st, err := s.db.PrepareContext(ctx, q)
+		if err != nil {
+			return
+		}
+		s.stmtMu.Lock()
+		if s.stmts == nil || s.stmts[q] != nil {
+			st.Close() // closed meanwhile, or prepared by another caller
+		} else {
+			s.stmts[q] = st
+		}
+		s.stmtMu.Unlock()
+	}
 }
 
 var (
@@ -203,9 +233,12 @@ func releaseShared(s *sharedDB) error {
 		return nil
 	}
 	delete(sharedBy, s.key)
+	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
 	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
 	return s.db.Close()
 }
 
@@ -330,10 +363,14 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	return classifyOpen(tx.Commit())
 }
 
-// txStmt returns query prepared once, bound to tx.
+// txStmt returns query prepared once, bound to tx; a statement of
+// lazyQueries not prepared yet is prepared for tx alone.
 func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	st, err := d.shared.stmt(query)
 	if err != nil {
+		if lazyQueries[query] {
+			return tx.PrepareContext(ctx, query)
+		}
 		return nil, err
 	}
 	return tx.StmtContext(ctx, st), nil
@@ -341,15 +378,24 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
 
-var preparedQueries = func() []string {
-	qs := []string{receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL}
+// preparedQueries are prepared at open: the single-row insert and the
+// smallest ack are what a lone caller uses.
+var preparedQueries = []string{receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL,
+	insertSQL[1], ackSQL[ackSizes[0]]}
+
+// lazyQueries are prepared when a batch first needs them (sharedDB.prepare).
+var lazyQueries = func() map[string]bool {
+	m := map[string]bool{}
 	for _, n := range insertSizes {
-		qs = append(qs, insertSQL[n])
+		m[insertSQL[n]] = true
 	}
 	for _, n := range ackSizes {
-		qs = append(qs, ackSQL[n])
+		m[ackSQL[n]] = true
 	}
-	return qs
+	for _, q := range preparedQueries {
+		delete(m, q)
+	}
+	return m
 }()
 
 // waker lets Receive calls sleep until a publish in this process.
