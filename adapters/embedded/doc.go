@@ -55,6 +55,12 @@
 // themselves: embedded:///data/b%23c.db is the file b#c.db); a NUL or other
 // control character in the path is ErrInvalid.
 //
+// The tables carry a schema version (sy_meta). Opening a file of an older
+// version migrates it in place, in one transaction that other processes
+// wait for (version 2 rebuilt sy_messages without AUTOINCREMENT, keeping
+// every message, lease and dead letter); a file of a newer version than
+// the build knows fails at open with ErrInvalid, unchanged.
+//
 // A new database file is created 0600 (SQLite gives its -wal and -shm the
 // same mode) and missing directories 0700, whatever the umask; an existing
 // file others can read, or a directory they can write, is reported with a

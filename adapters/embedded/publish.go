@@ -5,13 +5,64 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-const insertSQL = `INSERT INTO sy_messages
+const insertColumns = 13
+
+// insertSizes are the row counts of the prepared INSERT statements, largest
+// first: a batch
+// is written in as few statements as its size's binary digits (32 rows at a
+// time above that), one VALUES row per message. A statement per message
+// cost more in the driver and in SQLite's statement setup than the row
+// itself.
+var insertSizes = []int{32, 16, 8, 4, 2, 1}
+
+// insertSQL holds the INSERT of n messages at n, for each n of insertSizes.
+var insertSQL = func() map[int]string {
+	m := map[int]string{}
+	for _, n := range insertSizes {
+		m[n] = insertSQLOf(n)
+	}
+	return m
+}()
+
+// insertChunk is the size of the next statement for n rows.
+func insertChunk(n int) int {
+	for _, sz := range insertSizes {
+		if sz <= n {
+			return sz
+		}
+	}
+	return insertSizes[len(insertSizes)-1]
+}
+
+// insertQueries are the statements n rows take.
+func insertQueries(n int) []string {
+	var qs []string
+	for n > 0 {
+		sz := insertChunk(n)
+		qs = append(qs, insertSQL[sz])
+		n -= sz
+	}
+	return qs
+}
+
+func insertSQLOf(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO sy_messages
 		(ns, lane, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
+}
 
 // Publish implements broker.Driver.
 func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
@@ -19,6 +70,7 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		return nil, broker.ClosedError("publish")
 	}
 	var res []broker.PublishResult
+	d.shared.prepare(ctx, insertQueries(len(msgs))...)
 	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = make([]broker.PublishResult, len(msgs))
 		return d.publishTx(ctx, tx, msgs, res)
@@ -41,11 +93,10 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 	if d.closed.Load() {
 		return broker.ClosedError("publish")
 	}
-	ins, err := d.txStmt(ctx, tx, insertSQL)
-	if err != nil {
-		return err
-	}
 	now := d.nowNano()
+	// The rows to insert, insertColumns values each, in publish order (the
+	// VALUES rows of one statement get increasing seqs in their order).
+	rows := make([]any, 0, insertColumns*len(msgs))
 	for i, m := range msgs {
 		res[i].ID = m.ID
 		if m.IdempotencyKey != "" && !d.cfg.Reduced {
@@ -73,10 +124,19 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 		if rn := nano(m.RunAt); rn > visible {
 			visible = rn
 		}
-		if _, err := ins.ExecContext(ctx, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
-			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible); err != nil {
+		rows = append(rows, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
+			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
+	}
+	for len(rows) > 0 {
+		size := insertChunk(len(rows) / insertColumns)
+		ins, err := d.txStmt(ctx, tx, insertSQL[size])
+		if err != nil {
 			return err
 		}
+		if _, err := ins.ExecContext(ctx, rows[:size*insertColumns]...); err != nil {
+			return err
+		}
+		rows = rows[size*insertColumns:]
 	}
 	return nil
 }

@@ -29,6 +29,11 @@ func newToken() int64 {
 // row's count would otherwise overflow to a REAL that no longer scans, and
 // fail every Receive of the lane.
 //
+// The ordering subquery repeats the partial index's condition on p (a
+// non-empty ordering key, implied by m's) so that SQLite can use
+// sy_messages_order; without it each candidate with an ordering key
+// scanned the lane's ready index (TestQueryPlans).
+//
 // The receive statements' LIMIT is "?6 + 0", not "?6": SQLite (3.50 with
 // STAT4) marks a bare LIMIT parameter as plan-relevant, so binding it on
 // every call expired the prepared statement, which was then re-prepared on
@@ -40,7 +45,7 @@ WHERE seq IN (
 	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
 	  AND (m.ord_key = '' OR NOT EXISTS (
 		SELECT 1 FROM sy_messages p
-		WHERE p.ns = m.ns AND p.lane = m.lane AND p.ord_key = m.ord_key AND p.seq < m.seq AND p.dead = 0))
+		WHERE p.ns = m.ns AND p.lane = m.lane AND p.ord_key = m.ord_key AND p.ord_key <> '' AND p.seq < m.seq AND p.dead = 0))
 	ORDER BY m.visible_at, m.seq
 	LIMIT ?6 + 0)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`

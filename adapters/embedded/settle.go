@@ -3,16 +3,40 @@ package embedded
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strings"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-const ackSQL = `DELETE FROM sy_messages WHERE (seq, lease_token) IN
-	(SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1))
-RETURNING seq`
+// ackSizes are the pair counts of the prepared ack statements, smallest
+// first: a batch is deleted 32 deliveries a statement, the rest in one of 8
+// or 32, padded with NULL pairs, which match no row. The pairs are bound as
+// parameters: passing them as one JSON array cost more in json_each and
+// json_extract than the deletes.
+var ackSizes = []int{8, 32}
+
+// ackSQL holds the ack statement of n (seq, lease_token) pairs at n. The
+// parameters are plain "?" (the driver looks a numbered one's name up and
+// parses it at every bind). The pairs are a subquery of VALUES: "IN
+// (VALUES …)" with a row value scans the whole table; "IN (SELECT … FROM
+// (VALUES …))" looks each seq up (TestQueryPlans).
+var ackSQL = func() map[int]string {
+	m := map[int]string{}
+	for _, n := range ackSizes {
+		var b strings.Builder
+		b.WriteString(`DELETE FROM sy_messages WHERE (seq, lease_token) IN (SELECT column1, column2 FROM (VALUES `)
+		for i := range n {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+		}
+		b.WriteString(`)) RETURNING seq`)
+		m[n] = b.String()
+	}
+	return m
+}()
 
 func handleOf(op string, dv *broker.Delivery) (handle, error) {
 	if dv == nil {
@@ -33,46 +57,46 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	if len(ds) == 0 {
 		return nil
 	}
-	// One statement for the whole batch: the (seq, token) pairs travel as a
-	// JSON array, so the statement stays prepared whatever the batch size.
-	pairs := make([]byte, 0, 40*len(ds))
-	pairs = append(pairs, '[')
 	want := make(map[int64]string, len(ds))
-	for i, dv := range ds {
+	pairs := make([]any, 0, 2*len(ds))
+	for _, dv := range ds {
 		h, err := handleOf("ack", dv)
 		if err != nil {
 			return err
 		}
-		if i > 0 {
-			pairs = append(pairs, ',')
-		}
-		pairs = fmt.Appendf(pairs, "[%d,%d]", h.seq, h.token)
+		pairs = append(pairs, h.seq, h.token)
 		want[h.seq] = dv.ID
 	}
-	pairs = append(pairs, ']')
-	st, err := d.shared.stmt(ackSQL)
-	if err != nil {
-		return classify("ack", err)
+	var qs []string
+	for n := len(ds); n > 0; n -= ackChunk(n) {
+		qs = append(qs, ackSQL[ackChunk(n)])
 	}
-	// The statement's deletions stand even when some deliveries' leases
+	d.shared.prepare(ctx, qs...)
+	// The statements' deletions stand even when some deliveries' leases
 	// were lost: those are reported after the commit.
-	err = d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if d.closed.Load() {
 			return broker.ClosedError("ack")
 		}
-		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, string(pairs))
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var seq int64
-			if err := rows.Scan(&seq); err != nil {
+		for rest := pairs; len(rest) > 0; {
+			size := ackChunk(len(rest) / 2)
+			args := rest[:min(len(rest), 2*size)]
+			rest = rest[len(args):]
+			if len(args) < 2*size {
+				args = append(make([]any, 0, 2*size), args...)
+				for len(args) < 2*size {
+					args = append(args, nil)
+				}
+			}
+			st, err := d.txStmt(ctx, tx, ackSQL[size])
+			if err != nil {
 				return err
 			}
-			delete(want, seq)
+			if err := ackRows(ctx, st, args, want); err != nil {
+				return err
+			}
 		}
-		return rows.Err()
+		return nil
 	})
 	if err != nil {
 		return classify("ack", err)
@@ -85,6 +109,33 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 		return broker.LeaseLostError("ack", strings.Join(lost, ","))
 	}
 	return nil
+}
+
+// ackChunk is the size of the statement for the next n pairs.
+func ackChunk(n int) int {
+	for _, sz := range ackSizes {
+		if sz >= n {
+			return sz
+		}
+	}
+	return ackSizes[len(ackSizes)-1]
+}
+
+// ackRows runs one ack statement and removes the deleted seqs from want.
+func ackRows(ctx context.Context, st *sql.Stmt, args []any, want map[int64]string) error {
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int64
+		if err := rows.Scan(&seq); err != nil {
+			return err
+		}
+		delete(want, seq)
+	}
+	return rows.Err()
 }
 
 // exec runs one guarded single-row update and reports ErrLeaseLost when the

@@ -56,27 +56,35 @@ func checkExisting(ctx context.Context, abs string) error {
 	if err != nil || !bytes.Equal(buf, sqliteHeader) {
 		return broker.Invalidf("embedded: %s is not a Switchyard SQLite database (it is not a SQLite file)", abs)
 	}
-	db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro")
-	if err != nil {
-		return classifyOpen(err)
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
-	if err != nil {
-		return classifyOpen(err)
-	}
-	defer rows.Close()
+	// Another process creating or migrating the file at this moment (its
+	// switch to WAL, its WAL recovery) answers this read with SQLITE_BUSY
+	// at once, whatever busy_timeout says: a fleet's processes starting
+	// together failed "open: database is locked" here.
 	var names []string
 	ours := false
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return classifyOpen(err)
+	err = sqliteopen.RetryBusy(ctx, func() error {
+		names, ours = nil, false
+		db, err := sql.Open("sqlite", "file:"+uriPath(abs)+"?mode=ro&_pragma=busy_timeout(10000)")
+		if err != nil {
+			return err
 		}
-		ours = ours || name == "sy_meta"
-		names = append(names, name)
-	}
-	if err := rows.Err(); err != nil {
+		defer db.Close()
+		rows, err := db.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				return err
+			}
+			ours = ours || name == "sy_meta"
+			names = append(names, name)
+		}
+		return rows.Err()
+	})
+	if err != nil {
 		return classifyOpen(err)
 	}
 	if len(names) > 0 && !ours {
@@ -98,9 +106,11 @@ type sharedDB struct {
 	memory bool
 
 	mu     sync.Mutex
-	wakers map[string]*waker    // per namespace and lane, under mu
-	stmts  map[string]*sql.Stmt // prepared at open, read-only after
-	w      *writer              // gathers concurrent write transactions
+	wakers map[string]*waker // per namespace and lane, under mu
+	w      *writer           // gathers concurrent write transactions
+
+	stmtMu sync.RWMutex
+	stmts  map[string]*sql.Stmt // prepared at open or by prepare, under stmtMu
 }
 
 // waker returns the waker of (ns, lane).
@@ -121,10 +131,38 @@ func (s *sharedDB) waker(ns, lane string) *waker {
 // in preparedQueries; preparing lazily could deadlock on the single
 // connection while a transaction holds it.
 func (s *sharedDB) stmt(query string) (*sql.Stmt, error) {
-	if st := s.stmts[query]; st != nil {
+	s.stmtMu.RLock()
+	st := s.stmts[query]
+	s.stmtMu.RUnlock()
+	if st != nil {
 		return st, nil
 	}
 	return nil, fmt.Errorf("embedded: statement not prepared: %.40s", query)
+}
+
+// prepare prepares the multi-row statements (lazyQueries) a batch will use
+// the first time one is needed. Its caller must hold no transaction: it
+// waits for the connection. A failure is left to the transaction, which
+// then prepares the statement for itself (txStmt). Preparing them all at
+// open made every open several times slower under the race detector (the
+// chaos test's restarted workers).
+func (s *sharedDB) prepare(ctx context.Context, queries ...string) {
+	for _, q := range queries {
+		if _, err := s.stmt(q); err == nil {
+			continue
+		}
+		st, err := s.db.PrepareContext(ctx, q)
+		if err != nil {
+			return
+		}
+		s.stmtMu.Lock()
+		if s.stmts == nil || s.stmts[q] != nil {
+			st.Close() // closed meanwhile, or prepared by another caller
+		} else {
+			s.stmts[q] = st
+		}
+		s.stmtMu.Unlock()
+	}
 }
 
 var (
@@ -195,18 +233,29 @@ func releaseShared(s *sharedDB) error {
 		return nil
 	}
 	delete(sharedBy, s.key)
+	s.stmtMu.Lock()
 	for _, st := range s.stmts {
 		st.Close()
 	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
 	return s.db.Close()
 }
 
-const schemaVersion = 1
+// schemaVersion is the version of the database's tables, in sy_meta.
+// Version 2 dropped AUTOINCREMENT from sy_messages.seq: it updated
+// sqlite_sequence (a row and a page more in every publish's transaction)
+// for a guarantee nothing needs. A new seq is still above every seq in the
+// table, so publish order and ordering by key hold; a seq freed by an ack
+// can come back once every message above it is gone too, and the random
+// lease token every ack, nack and extend is guarded by tells the new
+// message from the old one.
+const schemaVersion = 2
 
-var schema = []string{
-	`CREATE TABLE IF NOT EXISTS sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-	`CREATE TABLE IF NOT EXISTS sy_messages (
-		seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+// messagesTable is the CREATE TABLE of sy_messages under name.
+func messagesTable(name string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + name + ` (
+		seq          INTEGER PRIMARY KEY,
 		ns           TEXT NOT NULL,
 		lane         TEXT NOT NULL,
 		dead         INTEGER NOT NULL DEFAULT 0,
@@ -224,15 +273,36 @@ var schema = []string{
 		attempts     INTEGER NOT NULL DEFAULT 0,
 		lease_token  INTEGER NOT NULL DEFAULT 0,
 		dead_letter  BLOB
-	)`,
+	)`
+}
+
+const messagesColumns = `seq, ns, lane, dead, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at, attempts, lease_token, dead_letter`
+
+var messagesIndexes = []string{
 	`CREATE INDEX IF NOT EXISTS sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
 	`CREATE INDEX IF NOT EXISTS sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
+}
+
+// schema creates the tables of schemaVersion where they are missing.
+var schema = append([]string{
+	messagesTable("sy_messages"),
 	`CREATE TABLE IF NOT EXISTS sy_dedup (
 		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
 		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
 		PRIMARY KEY (ns, lane, tenant, key)
 	) WITHOUT ROWID`,
-}
+}, messagesIndexes...)
+
+// migrateV1 rebuilds a version 1 sy_messages without AUTOINCREMENT,
+// keeping every row (seq, leases and dead letters included). SQLite cannot
+// drop AUTOINCREMENT in place; dropping the old table drops its indexes and
+// its sqlite_sequence row.
+var migrateV1 = append([]string{
+	messagesTable("sy_messages_v2"),
+	`INSERT INTO sy_messages_v2 (` + messagesColumns + `) SELECT ` + messagesColumns + ` FROM sy_messages`,
+	`DROP TABLE sy_messages`,
+	`ALTER TABLE sy_messages_v2 RENAME TO sy_messages`,
+}, messagesIndexes...)
 
 func migrate(ctx context.Context, db *sql.DB) error {
 	// A quick read first: a file that is not SQLite fails here with a clear
@@ -241,35 +311,66 @@ func migrate(ctx context.Context, db *sql.DB) error {
 	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n); err != nil {
 		return classifyOpen(err)
 	}
+	// The transaction is IMMEDIATE (the DSN's _txlock): a second process
+	// opening the file at once waits here and then finds the version
+	// written.
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return classifyOpen(err)
 	}
 	defer tx.Rollback()
-	for _, s := range schema {
-		if _, err := tx.ExecContext(ctx, s); err != nil {
-			return classifyOpen(err)
+	exec := func(qs ...string) error {
+		for _, q := range qs {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return classifyOpen(err)
+			}
 		}
+		return nil
+	}
+	if err := exec(`CREATE TABLE IF NOT EXISTS sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`); err != nil {
+		return err
 	}
 	var v string
 	err = tx.QueryRowContext(ctx, `SELECT value FROM sy_meta WHERE key = 'schema_version'`).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
+		// A new database: every version wrote its version with its tables.
+		if err := exec(schema...); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO sy_meta (key, value) VALUES ('schema_version', ?)`, fmt.Sprint(schemaVersion)); err != nil {
 			return classifyOpen(err)
 		}
 	case err != nil:
 		return classifyOpen(err)
-	case v != fmt.Sprint(schemaVersion):
+	case v == "1":
+		if err := exec(migrateV1...); err != nil {
+			return err
+		}
+		if err := exec(schema...); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE sy_meta SET value = ? WHERE key = 'schema_version'`, fmt.Sprint(schemaVersion)); err != nil {
+			return classifyOpen(err)
+		}
+	case v == fmt.Sprint(schemaVersion):
+		if err := exec(schema...); err != nil {
+			return err
+		}
+	default:
 		return broker.Invalidf("embedded: database schema version %s is not supported by this build (which knows %d)", v, schemaVersion)
 	}
 	return classifyOpen(tx.Commit())
 }
 
-// txStmt returns query prepared once, bound to tx.
+// txStmt returns query prepared once, bound to tx; a statement of
+// lazyQueries not prepared yet is prepared for tx alone.
 func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
 	st, err := d.shared.stmt(query)
 	if err != nil {
+		if lazyQueries[query] {
+			return tx.PrepareContext(ctx, query)
+		}
 		return nil, err
 	}
 	return tx.StmtContext(ctx, st), nil
@@ -277,7 +378,25 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }
 
-var preparedQueries = []string{insertSQL, ackSQL, receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL}
+// preparedQueries are prepared at open: the single-row insert and the
+// smallest ack are what a lone caller uses.
+var preparedQueries = []string{receiveSQL, receiveUnorderedSQL, receiveDeadSQL, savepointSQL, releaseSQL, rollbackSQL,
+	insertSQL[1], ackSQL[ackSizes[0]]}
+
+// lazyQueries are prepared when a batch first needs them (sharedDB.prepare).
+var lazyQueries = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range insertSizes {
+		m[insertSQL[n]] = true
+	}
+	for _, n := range ackSizes {
+		m[ackSQL[n]] = true
+	}
+	for _, q := range preparedQueries {
+		delete(m, q)
+	}
+	return m
+}()
 
 // waker lets Receive calls sleep until a publish in this process.
 type waker struct {

@@ -1,0 +1,188 @@
+package embedded
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// schemaV1 is the schema version 1 wrote (sy_messages.seq AUTOINCREMENT).
+var schemaV1 = []string{
+	`CREATE TABLE sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
+	`CREATE TABLE sy_messages (
+		seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+		ns           TEXT NOT NULL,
+		lane         TEXT NOT NULL,
+		dead         INTEGER NOT NULL DEFAULT 0,
+		id           TEXT NOT NULL,
+		kind         TEXT NOT NULL,
+		body         BLOB,
+		headers      BLOB,
+		tenant       TEXT NOT NULL DEFAULT '',
+		idem_key     TEXT NOT NULL DEFAULT '',
+		ord_key      TEXT NOT NULL DEFAULT '',
+		run_at       INTEGER NOT NULL DEFAULT 0,
+		enqueued_at  INTEGER NOT NULL,
+		max_attempts INTEGER NOT NULL DEFAULT 0,
+		visible_at   INTEGER NOT NULL,
+		attempts     INTEGER NOT NULL DEFAULT 0,
+		lease_token  INTEGER NOT NULL DEFAULT 0,
+		dead_letter  BLOB
+	)`,
+	`CREATE INDEX sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
+	`CREATE INDEX sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
+	`CREATE TABLE sy_dedup (
+		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
+		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
+		PRIMARY KEY (ns, lane, tenant, key)
+	) WITHOUT ROWID`,
+	`INSERT INTO sy_meta (key, value) VALUES ('schema_version', '1')`,
+}
+
+// TestMigrate_V1 opens a version 1 database holding ready, ordered, leased
+// and dead messages and a deduplication record: the table is rebuilt
+// without AUTOINCREMENT, every row keeps its seq, and the queue goes on as
+// before (order, leases, dead letters, deduplication, new seqs above the
+// old ones).
+func TestMigrate_V1(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v1.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixNano()
+	const ns, lane = "default", "l"
+	for _, q := range schemaV1 {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ins := `INSERT INTO sy_messages (seq, ns, lane, dead, id, kind, body, ord_key, enqueued_at, visible_at, attempts, lease_token, dead_letter) VALUES (?, ?, ?, ?, ?, 'k', ?, ?, ?, ?, ?, ?, ?)`
+	dl, _ := broker.EncodeDeadLetter(&broker.DeadLetter{Reason: broker.ReasonMaxAttempts, Error: "boom"})
+	rows := [][]any{
+		{5, ns, lane, 0, "01ready0000000000000000001", []byte("a"), "", now, now - 3, 0, 0, nil},
+		{7, ns, lane, 0, "01ready0000000000000000002", []byte("b"), "o", now, now - 2, 0, 0, nil},
+		{9, ns, lane, 0, "01leased000000000000000003", []byte("c"), "o", now, now + int64(time.Hour), 1, 42, nil},
+		{11, ns, lane, 1, "01dead00000000000000000004", []byte("d"), "", now, now, 3, 0, dl},
+	}
+	for _, r := range rows {
+		if _, err := db.Exec(ins, r...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Exec(`UPDATE sqlite_sequence SET seq = 20 WHERE name = 'sy_messages'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO sy_dedup VALUES (?, ?, '', 'key1', '01ready0000000000000000001', ?)`, ns, lane, now+int64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	d, err := open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var v, ddl string
+	if err := d.db.QueryRowContext(ctx, `SELECT value FROM sy_meta WHERE key = 'schema_version'`).Scan(&v); err != nil || v != "2" {
+		t.Fatalf("schema_version %q, %v; want 2", v, err)
+	}
+	if err := d.db.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE name = 'sy_messages'`).Scan(&ddl); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ToUpper(ddl), "AUTOINCREMENT") {
+		t.Fatalf("sy_messages still has AUTOINCREMENT: %s", ddl)
+	}
+	var idx int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN ('sy_messages_ready', 'sy_messages_order')`).Scan(&idx); err != nil || idx != 2 {
+		t.Fatalf("indexes: %d, %v; want 2", idx, err)
+	}
+	var leftover int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE name = 'sy_messages_v2'`).Scan(&leftover); err != nil || leftover != 0 {
+		t.Fatalf("sy_messages_v2 left: %d, %v", leftover, err)
+	}
+
+	// The ready messages come in their old order; the leased one does not.
+	ds, err := d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 2 || string(ds[0].Body) != "a" || string(ds[1].Body) != "b" || ds[0].Handle.(handle).seq != 5 || ds[1].Handle.(handle).seq != 7 {
+		t.Fatalf("received %d: %v", len(ds), ds)
+	}
+	if err := d.Ack(ctx, ds); err != nil {
+		t.Fatal(err)
+	}
+	// The old lease (token 42) still guards seq 9.
+	stale := &broker.Delivery{Message: broker.Message{ID: "01leased000000000000000003", Lane: lane}, Handle: handle{seq: 9, token: 42}}
+	if err := d.Extend(ctx, []*broker.Delivery{stale}, time.Minute); err != nil {
+		t.Fatalf("extend under the migrated lease: %v", err)
+	}
+	// The dead letter keeps its reason.
+	dead, err := d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute, DeadLetters: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].DeadLetter == nil || dead[0].DeadLetter.Reason != broker.ReasonMaxAttempts {
+		t.Fatalf("dead letters: %v", dead)
+	}
+	// Deduplication records survive; a new message gets a seq above the old ones.
+	res, err := d.Publish(ctx, []*broker.Message{
+		{ID: broker.NewID(), Lane: lane, Kind: "k", IdempotencyKey: "key1"},
+		{ID: broker.NewID(), Lane: lane, Kind: "k", Body: []byte("new")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res[0].Duplicate || res[0].ID != "01ready0000000000000000001" || res[1].Duplicate {
+		t.Fatalf("publish results: %+v", res)
+	}
+	ds, err = d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 || string(ds[0].Body) != "new" || ds[0].Handle.(handle).seq <= 11 {
+		t.Fatalf("after migration received %v", ds)
+	}
+
+	// Reopening a version 2 database changes nothing.
+	d2, err := open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2.Close()
+}
+
+// TestMigrate_NewerVersionRefused: a database written by a later build is
+// refused, untouched.
+func TestMigrate_NewerVersionRefused(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "v9.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`CREATE TABLE sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`, `INSERT INTO sy_meta VALUES ('schema_version', '9')`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	_, err = open(ctx, Config{Path: path})
+	if err == nil || !strings.Contains(err.Error(), "schema version 9") {
+		t.Fatalf("open of a version 9 database: %v", err)
+	}
+}
