@@ -33,6 +33,7 @@ type Scheduler struct {
 	stopping bool
 
 	wake      chan struct{} // something changed: a delivery arrived, a slot freed
+	opTimeout time.Duration // opTimeout; tests shorten it
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
 	runCtx    context.Context
@@ -137,11 +138,12 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{
 		b: b, cfg: c, policy: p,
-		handlers: map[string]handlerEntry{},
-		lanes:    map[string]*laneState{},
-		running:  map[*task]struct{}{},
-		wake:     make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
+		handlers:  map[string]handlerEntry{},
+		lanes:     map[string]*laneState{},
+		running:   map[*task]struct{}{},
+		wake:      make(chan struct{}, 1),
+		opTimeout: opTimeout,
+		stopped:   make(chan struct{}),
 	}
 	for _, l := range c.Lanes {
 		s.lanes[l.Name] = &laneState{def: l, more: make(chan struct{}, 1)}
