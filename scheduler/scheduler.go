@@ -33,6 +33,7 @@ type Scheduler struct {
 	stopping bool
 
 	wake      chan struct{} // something changed: a delivery arrived, a slot freed
+	idle      chan runItem  // workers waiting for their next task (workers.go)
 	opTimeout time.Duration // opTimeout; tests shorten it
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
@@ -142,6 +143,7 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 		lanes:     map[string]*laneState{},
 		running:   map[*task]struct{}{},
 		wake:      make(chan struct{}, 1),
+		idle:      make(chan runItem),
 		opTimeout: opTimeout,
 		stopped:   make(chan struct{}),
 	}
@@ -422,7 +424,7 @@ func (s *Scheduler) dispatch() {
 			s.runWG.Add(1)
 			s.mu.Unlock()
 			signal(l.more)
-			go s.run(ctx, l, t)
+			s.startRun(runItem{ctx, l, t}) // workers.go
 		}
 	}
 }
