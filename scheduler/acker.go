@@ -31,8 +31,8 @@ func newAcker(s *Scheduler) *acker {
 	return a
 }
 
-// ack queues d, or acks it at once after close.
-func (a *acker) ack(ctx context.Context, d *broker.Delivery) {
+// ack queues d, or acks it at once after close (within op's context).
+func (a *acker) ack(op *opCtx, d *broker.Delivery) {
 	a.mu.Lock()
 	if !a.closed {
 		a.ch <- d // the channel is drained by loop; the lock only guards close
@@ -40,7 +40,7 @@ func (a *acker) ack(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	a.mu.Unlock()
-	a.s.settleErr(d, "ack", a.s.b.Ack(ctx, d))
+	a.s.settleErr(d, "ack", a.s.b.Ack(op.get(), d))
 }
 
 // close flushes what is queued and stops the loop.

@@ -41,24 +41,60 @@ const (
 // handler returns, so a stuck store cannot hold a slot forever.
 const opTimeout = 30 * time.Second
 
+// opCtx is the context of the runtime's own calls about one task (ledger
+// writes, acks, nacks, dead letters): the task context's values without its
+// cancellation, bounded by opTimeout. It is made on first use: the
+// ledger-off path that succeeds acks through the acker and needs none, and
+// a timer per task was about a third of run's CPU in the runtime benchmark.
+// Once the handler has returned, the bound starts again (restart), so that
+// a handler that ran longer than opTimeout still gets its outcome
+// recorded, acked or retried, instead of every call failing with an
+// expired context. Used by run's goroutine only.
+type opCtx struct {
+	limit  time.Duration
+	parent context.Context
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newOpCtx(ctx context.Context, limit time.Duration) *opCtx {
+	return &opCtx{limit: limit, parent: context.WithoutCancel(ctx)}
+}
+
+// get returns the context, starting its opTimeout bound on first use.
+func (o *opCtx) get() context.Context {
+	if o.ctx == nil {
+		o.ctx, o.cancel = context.WithTimeout(o.parent, o.limit)
+	}
+	return o.ctx
+}
+
+// restart ends the current bound; the next get starts a new one.
+func (o *opCtx) restart() {
+	if o.cancel != nil {
+		o.cancel()
+		o.ctx, o.cancel = nil, nil
+	}
+}
+
 // run executes one delivery and settles it with the broker and the ledger.
 func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	defer s.finished(l, t)
 	d := t.d
-	settle, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	defer cancel()
+	op := newOpCtx(ctx, s.opTimeout)
+	defer op.restart()
 
 	if d.Headers[HeaderAwaitTimeout] != "" {
-		s.awaitTimeout(settle, d) // a wait's timeout: never a handler run (await.go)
+		s.awaitTimeout(op.get(), d) // a wait's timeout: never a handler run (await.go)
 		return
 	}
 	h, known := s.handlers[d.Kind]
 	if !known {
-		s.dead(settle, d, nil, broker.ReasonUnknownKind, fmt.Sprintf("no handler is registered for kind %q", d.Kind), nil)
+		s.dead(op.get(), d, nil, broker.ReasonUnknownKind, fmt.Sprintf("no handler is registered for kind %q", d.Kind), nil)
 		return
 	}
 	if dl := deadlineOf(d); !dl.IsZero() && s.cfg.Now().After(dl) {
-		s.dead(settle, d, nil, broker.ReasonExpired, "the task's deadline "+dl.Format(time.RFC3339)+" passed before it ran", nil)
+		s.dead(op.get(), d, nil, broker.ReasonExpired, "the task's deadline "+dl.Format(time.RFC3339)+" passed before it ran", nil)
 		return
 	}
 
@@ -77,22 +113,22 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		// or that a live attempt is running, must not bury it.
 		replayed := false
 		if s.cfg.Ledger != nil {
-			if lt, err := s.cfg.Ledger.Get(settle, d.ID); err == nil && settledOrLive(lt, time.Now()) {
-				if !s.held(settle, d, lt) {
+			if lt, err := s.cfg.Ledger.Get(op.get(), d.ID); err == nil && settledOrLive(lt, time.Now()) {
+				if !s.held(op.get(), d, lt) {
 					return
 				}
 				replayed = true // an operator's replay of its dead letter: run it
 			}
 		}
 		if !replayed {
-			s.dead(settle, d, nil, broker.ReasonMaxAttempts,
+			s.dead(op.get(), d, nil, broker.ReasonMaxAttempts,
 				fmt.Sprintf("attempt %d exceeds the limit of %d; earlier attempts crashed or lost their leases", d.Attempt, job.MaxAttempts), nil)
 			return
 		}
 	}
 	attempt := d.Attempt
 	if s.cfg.Ledger != nil {
-		task, n, proceed := s.begin(settle, d)
+		task, n, proceed := s.begin(op.get(), d)
 		if !proceed {
 			return
 		}
@@ -118,6 +154,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)
 	dur := time.Since(start)
+	op.restart()   // the bound on settling counts from here
 	t.run.Store(0) // the handler returned: its ledger lease ends with the write below
 
 	att := ledger.Attempt{TaskID: d.ID, Number: attempt, Worker: s.cfg.WorkerID, Start: start, Duration: dur, Class: out.class(), Stack: out.stack}
@@ -129,26 +166,26 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	case errors.Is(cause, ErrCancelled):
 		// Cancelled from outside while it ran (see cancel.go): the ledger
 		// already says cancelled; record the attempt and acknowledge.
-		s.settleCancelled(settle, d, att)
+		s.settleCancelled(op.get(), d, att)
 		return
-	case errors.Is(cause, errLeaseLost) && s.cancelledInLedger(settle, d.ID):
+	case errors.Is(cause, errLeaseLost) && s.cancelledInLedger(op.get(), d.ID):
 		// The lease renewal found the task cancelled before its note
 		// came: the same as a cancellation.
-		s.settleCancelled(settle, d, att)
+		s.settleCancelled(op.get(), d, att)
 		return
 	case errors.Is(cause, errLeaseLost):
 		// Another worker may hold the task now: touch nothing but our
 		// record, and give our ledger lease up (if it is still ours) so
 		// that the delivery now holding the task need not wait for it.
 		att.Outcome = "lease_lost"
-		s.finishAttempt(settle, att)
+		s.finishAttempt(op.get(), att)
 		return
 	case errors.Is(cause, errShutdown) && !out.ok && broker.IsContext(out.err):
 		// Interrupted by shutdown (a handler that finished anyway is
 		// settled normally below).
 		att.Outcome, att.Class = "returned", ""
-		s.end(settle, att, ledger.Queued, "returned", "returned unfinished at shutdown", nil, nil, time.Time{})
-		if err := s.b.Release(settle, d, 0); err != nil {
+		s.end(op.get(), att, ledger.Queued, "returned", "returned unfinished at shutdown", nil, nil, time.Time{})
+		if err := s.b.Release(op.get(), d, 0); err != nil {
 			s.cfg.Logger.Warn("switchyard: returning an interrupted task failed; it comes back after its lease", "task", d.ID, "error", err)
 		}
 		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
@@ -163,62 +200,63 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		}
 	}
 
-	if !out.ok && s.cancelledInLedger(settle, d.ID) {
+	if !out.ok && s.cancelledInLedger(op.get(), d.ID) {
 		// Cancelled from outside just before the handler failed (its note
 		// not yet here): a cancellation, not a retry or a dead letter.
-		s.settleCancelled(settle, d, att)
+		s.settleCancelled(op.get(), d, att)
 		return
 	}
 
 	switch {
 	case out.ok:
 		att.Outcome = "ok"
-		if !s.end(settle, att, ledger.Completed, "completed", "", result, nil, time.Time{}) {
-			s.ackIfCancelled(settle, d, attempt) // cancelled as it finished
+		// Without a ledger end does nothing: skip making its context.
+		if s.cfg.Ledger != nil && !s.end(op.get(), att, ledger.Completed, "completed", "", result, nil, time.Time{}) {
+			s.ackIfCancelled(op.get(), d, attempt) // cancelled as it finished
 			return
 		}
 		if s.acks != nil {
-			s.acks.ack(settle, d)
+			s.acks.ack(op, d)
 		} else {
 			// Not started (RunDelivery): no batching, ack at once.
-			s.settleErr(d, "ack", s.b.Ack(settle, d))
+			s.settleErr(d, "ack", s.b.Ack(op.get(), d))
 		}
 		s.observe(Event{Type: EventSucceeded, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultCancel:
 		att.Outcome = "cancel"
 		msg := out.err.Error()
-		if !s.end(settle, att, ledger.Cancelled, "cancelled", msg, nil, &msg, time.Time{}) {
+		if !s.end(op.get(), att, ledger.Cancelled, "cancelled", msg, nil, &msg, time.Time{}) {
 			return
 		}
-		s.settleErr(d, "ack", s.b.Ack(settle, d))
+		s.settleErr(d, "ack", s.b.Ack(op.get(), d))
 		s.observe(Event{Type: EventCancelled, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 
 	case out.kind == resultSnooze:
 		att.Outcome = "snooze"
-		s.end(settle, att, ledger.Queued, "snoozed", out.err.Error(), nil, nil, time.Time{})
-		s.settleErr(d, "release", s.b.Release(settle, d, out.delay))
+		s.end(op.get(), att, ledger.Queued, "snoozed", out.err.Error(), nil, nil, time.Time{})
+		s.settleErr(d, "release", s.b.Release(op.get(), d, out.delay))
 		s.observe(Event{Type: EventSnoozed, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwait:
 		att.Outcome = "await_review"
 		if s.cfg.Ledger == nil {
-			s.dead(settle, d, &att, broker.ReasonPermanent, "AwaitApproval needs a ledger to park the task", nil)
+			s.dead(op.get(), d, &att, broker.ReasonPermanent, "AwaitApproval needs a ledger to park the task", nil)
 			return
 		}
 		detail, _ := json.Marshal(map[string]string{"reason": out.reason, "action": out.action})
-		if !s.end(settle, att, ledger.AwaitingReview, "await_review", string(detail), nil, nil, time.Time{}) {
+		if !s.end(op.get(), att, ledger.AwaitingReview, "await_review", string(detail), nil, nil, time.Time{}) {
 			return
 		}
-		s.settleErr(d, "ack", s.b.Ack(settle, d))
+		s.settleErr(d, "ack", s.b.Ack(op.get(), d))
 		s.observe(Event{Type: EventAwaiting, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur})
 
 	case out.kind == resultAwaitEvent:
 		if s.cfg.Ledger == nil {
-			s.dead(settle, d, &att, broker.ReasonPermanent, "AwaitEvent needs a ledger to park the task", nil)
+			s.dead(op.get(), d, &att, broker.ReasonPermanent, "AwaitEvent needs a ledger to park the task", nil)
 			return
 		}
-		s.parkForEvent(settle, d, att, out, dur)
+		s.parkForEvent(op.get(), d, att, out, dur)
 
 	case out.kind == resultPermanent || errors.Is(out.err, broker.ErrUndecodable):
 		att.Outcome = "permanent"
@@ -226,11 +264,11 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		if errors.Is(out.err, broker.ErrUndecodable) {
 			reason = broker.ReasonUndecodable
 		}
-		s.dead(settle, d, &att, reason, out.err.Error(), nil)
+		s.dead(op.get(), d, &att, reason, out.err.Error(), nil)
 
 	case out.kind == resultBudget:
 		att.Outcome = "budget"
-		s.dead(settle, d, &att, broker.ReasonBudget, out.err.Error(), nil)
+		s.dead(op.get(), d, &att, broker.ReasonBudget, out.err.Error(), nil)
 
 	default: // transient, unknown outcome, panic, retry-after
 		att.Outcome = "retry"
@@ -241,7 +279,7 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		// broker's count. The ledger's attempt numbers keep growing across
 		// replays, for the history.
 		if d.Attempt >= job.MaxAttempts {
-			s.dead(settle, d, &att, broker.ReasonMaxAttempts,
+			s.dead(op.get(), d, &att, broker.ReasonMaxAttempts,
 				fmt.Sprintf("attempt %d of %d failed: %v", d.Attempt, job.MaxAttempts, out.err), nil)
 			return
 		}
@@ -250,8 +288,8 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 			delay = s.policyFor(h).Backoff(d.Attempt)
 		}
 		msg := out.err.Error()
-		s.end(settle, att, ledger.RetryWait, "retry", msg, nil, &msg, s.cfg.Now().Add(delay))
-		s.settleErr(d, "nack", s.b.NackWithError(settle, d, delay, out.err))
+		s.end(op.get(), att, ledger.RetryWait, "retry", msg, nil, &msg, s.cfg.Now().Add(delay))
+		s.settleErr(d, "nack", s.b.NackWithError(op.get(), d, delay, out.err))
 		s.observe(Event{Type: EventRetried, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: attempt, Duration: dur, Err: out.err})
 	}
 }

@@ -33,6 +33,8 @@ type Scheduler struct {
 	stopping bool
 
 	wake      chan struct{} // something changed: a delivery arrived, a slot freed
+	idle      chan runItem  // workers waiting for their next task (workers.go)
+	opTimeout time.Duration // opTimeout; tests shorten it
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
 	runCtx    context.Context
@@ -137,11 +139,13 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 	}
 	s := &Scheduler{
 		b: b, cfg: c, policy: p,
-		handlers: map[string]handlerEntry{},
-		lanes:    map[string]*laneState{},
-		running:  map[*task]struct{}{},
-		wake:     make(chan struct{}, 1),
-		stopped:  make(chan struct{}),
+		handlers:  map[string]handlerEntry{},
+		lanes:     map[string]*laneState{},
+		running:   map[*task]struct{}{},
+		wake:      make(chan struct{}, 1),
+		idle:      make(chan runItem),
+		opTimeout: opTimeout,
+		stopped:   make(chan struct{}),
 	}
 	for _, l := range c.Lanes {
 		s.lanes[l.Name] = &laneState{def: l, more: make(chan struct{}, 1)}
@@ -420,7 +424,7 @@ func (s *Scheduler) dispatch() {
 			s.runWG.Add(1)
 			s.mu.Unlock()
 			signal(l.more)
-			go s.run(ctx, l, t)
+			s.startRun(runItem{ctx, l, t}) // workers.go
 		}
 	}
 }

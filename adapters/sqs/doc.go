@@ -71,7 +71,10 @@
 // travels as "~" + base64 of its envelope without the body
 // (broker.EncodeEnvelope) + "\n" + the Body as it is; any other message as
 // base64 of its whole envelope. Publish uses
-// SendMessageBatch (10 entries and at most 1 MiB per call). Receive uses
+// SendMessageBatch (10 entries and at most 1 MiB per call); the driver
+// implements broker.PublishConcurrency (two requests in flight), so
+// concurrent Publish calls of one message each (Client.Enqueue from many
+// goroutines) share requests. Receive uses
 // ReceiveMessage with up to 10 messages and long polling in whole seconds
 // (a sub-second rest of the wait is spent in short polls 100 ms apart, so a
 // poll never outlasts the caller's wait).

@@ -48,6 +48,9 @@ func BenchmarkRuntime_LedgerOff(b *testing.B) {
 	for _, kind := range benchBrokers() {
 		b.Run("broker="+kind+"/mode=runtime", func(b *testing.B) { benchRuntime(b, kind, false) })
 		b.Run("broker="+kind+"/mode=bulk", func(b *testing.B) { benchRuntime(b, kind, true) })
+		b.Run("broker="+kind+"/mode=enqueue", func(b *testing.B) { benchEnqueueOnly(b, kind, false) })
+		b.Run("broker="+kind+"/mode=publish", func(b *testing.B) { benchEnqueueOnly(b, kind, true) })
+		b.Run("broker="+kind+"/mode=drain", func(b *testing.B) { benchDrain(b, kind) })
 		b.Run("broker="+kind+"/mode=loop", func(b *testing.B) {
 			ctx := context.Background()
 			br := openBenchBroker(b, kind)
@@ -143,6 +146,109 @@ func benchRuntime(b *testing.B, kind string, bulk bool) {
 	case err := <-errs:
 		b.Fatal(err)
 	default:
+	}
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("%d of %d tasks done after 5 minutes", done.Load(), b.N)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	_ = srv.Stop(ctx)
+	b.ReportMetric(float64(b.N)/el.Seconds(), "tasks/s")
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/task")
+}
+
+// benchEnqueueOnly is the runtime's publishing half alone: b.N tasks, one
+// per Client.Enqueue call (or, with raw, one per broker.Broker.PublishOne
+// call, without the client) from 8 goroutines, and no Server. It shows
+// how much of the runtime's time the publishers' round trips set.
+func benchEnqueueOnly(b *testing.B, kind string, raw bool) {
+	ctx := context.Background()
+	br := openBenchBroker(b, kind)
+	client, _ := switchyard.NewClient(br, nil)
+	payload := fmt.Sprintf("%064d", 0)
+	body := []byte(`{"p":"` + payload + `"}`)
+	n := int64(b.N)
+	b.ResetTimer()
+	cpu := cpuTime()
+	start := time.Now()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= n {
+				var err error
+				if raw {
+					_, err = br.PublishOne(ctx, &broker.Message{Lane: "default", Kind: "bench.noop", Body: body})
+				} else {
+					_, err = client.Enqueue(ctx, noopArgs{Payload: payload}, nil)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "tasks/s")
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/task")
+}
+
+// benchDrain is the runtime's consuming half alone: b.N tasks are
+// enqueued (EnqueueMany, untimed), then a Server (Slots 64, Prefetch 128)
+// runs them with a no-op handler and acks them.
+func benchDrain(b *testing.B, kind string) {
+	ctx := context.Background()
+	br := openBenchBroker(b, kind)
+	client, _ := switchyard.NewClient(br, nil)
+	srv, err := switchyard.NewServer(br, &switchyard.ServerConfig{Slots: 64, Prefetch: 128, PollWait: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: scheduler.RetryPolicy{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	n := int64(b.N)
+	_ = switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[noopArgs]) error {
+		if done.Add(1) == n {
+			close(all)
+		}
+		return nil
+	}, nil)
+	payload := fmt.Sprintf("%064d", 0)
+	for sent := 0; sent < b.N; {
+		items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
+		for i := range items {
+			items[i] = switchyard.EnqueueItem{Args: noopArgs{Payload: payload}}
+		}
+		rs, err := client.EnqueueMany(ctx, items)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+		sent += len(items)
+	}
+	b.ResetTimer()
+	cpu := cpuTime()
+	start := time.Now()
+	if err := srv.Start(ctx); err != nil {
+		b.Fatal(err)
 	}
 	select {
 	case <-all:
