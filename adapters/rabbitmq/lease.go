@@ -138,7 +138,7 @@ func leaseOf(op string, d *broker.Delivery) (*lease, error) {
 	return l, nil
 }
 
-// settle settles a claimed lease in two steps: copy (when not nil)
+// settle settles a claimed lease in two steps: republish (when not nil)
 // publishes the message's next copy (a delayed retry, a dead letter, a
 // replay), and final acks or requeues the delivery on its channel. A
 // channel error means the delivery is gone with its channel (RabbitMQ
@@ -161,12 +161,12 @@ func leaseOf(op string, d *broker.Delivery) (*lease, error) {
 // left and cancels them (a cancel that reaches a tag RabbitMQ is
 // delivering to returns that message with x-delivery-count raised: an
 // attempt spent without a delivery).
-func settle(op string, l *lease, copy func() error, final func() error) error {
+func settle(op string, l *lease, republish func() error, final func() error) error {
 	if err := l.begin(op); err != nil {
 		return err
 	}
-	if copy != nil {
-		if err := copy(); err != nil {
+	if republish != nil {
+		if err := republish(); err != nil {
 			if l.ch.IsClosed() {
 				l.finish(true)
 				return broker.LeaseLostError(op, l.raw.MessageId)
