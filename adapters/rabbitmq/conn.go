@@ -214,10 +214,28 @@ func (m *connManager) close() {
 	m.wg.Wait()
 }
 
-// rpc runs a blocking channel operation so that ctx can end the wait.
-// amqp091-go's synchronous methods take no context; on cancellation the
-// operation is abandoned and ch is closed so it cannot linger.
-func rpc(ctx context.Context, op string, ch *amqp.Channel, f func() error) error {
+// rpc runs a blocking channel method so that ctx can end the wait.
+// amqp091-go's synchronous methods take no context: on cancellation the
+// wait is abandoned and f goes on until the broker answers (or the
+// connection dies, which the heartbeat bounds).
+//
+// The channel is never closed here. It used to be, and that broke the
+// channels it was used on: a consumer's channel carries the leases of
+// every delivery it received, so closing it because one Receive gave up
+// made RabbitMQ requeue all of them (their Acks failed, and a nacked
+// message that had already been republished came back twice); and
+// Channel.Close sends channel.close while other goroutines may still send
+// basic.ack, basic.nack or an RPC on the same channel (amqp091-go marks the
+// channel closed only when close-ok arrives), so a frame reached a channel
+// the broker had already forgotten and RabbitMQ closed the whole
+// connection with 504 CHANNEL_ERROR "expected 'channel.open'".
+//
+// A caller must not start another RPC on the channel until f has returned
+// (two waiters would take each other's replies): the consumers' and the
+// administrative channel's operations run in detached, which waits for
+// them, so rpc's early return only serves callers that leave the channel
+// for good (Close).
+func rpc(ctx context.Context, op string, f func() error) error {
 	if ctx.Done() == nil {
 		return classify(op, f())
 	}
@@ -227,9 +245,53 @@ func rpc(ctx context.Context, op string, ch *amqp.Channel, f func() error) error
 	case err := <-done:
 		return classify(op, err)
 	case <-ctx.Done():
-		if ch != nil {
-			go ch.Close()
-		}
 		return classify(op, ctx.Err())
 	}
+}
+
+// detached runs f to its end in a goroutine of its own, with a context that
+// keeps ctx's values but not its cancellation, and waits for it until ctx
+// ends. f runs its channel methods to completion and so leaves the channel
+// and the bookkeeping around it consistent whether or not its caller is
+// still waiting. If the caller has left when f returns, abandoned (when not
+// nil) gets f's results to undo what no one will take (return deliveries
+// to the buffer, close a channel no one adopted).
+func detached[T any](ctx context.Context, op string, f func(ctx context.Context) (T, error), abandoned func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	var mu sync.Mutex
+	gone := false
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(context.WithoutCancel(ctx))
+		mu.Lock()
+		defer mu.Unlock()
+		if gone {
+			if abandoned != nil {
+				abandoned(v, err)
+			}
+			return
+		}
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-done: // finished meanwhile: the caller takes it
+		return r.v, r.err
+	default:
+		gone = true
+	}
+	var zero T
+	return zero, classify(op, ctx.Err())
 }

@@ -43,6 +43,14 @@ type consumer struct {
 	dead  bool
 
 	opMu sync.Mutex // serialises starting, stopping, idle release and shutdown
+	// settleMu: settle holds it (read) while it acks or requeues a lease,
+	// start (write) while it picks the tags without credit and cancels
+	// them.
+	settleMu sync.RWMutex
+
+	supMu      sync.Mutex
+	superseded map[string]time.Time // copy IDs a published copy replaced, and when
+	supOrder   []string             // superseded's keys, oldest first
 
 	mu        sync.Mutex
 	ch        *amqp.Channel
@@ -99,22 +107,17 @@ func (c *consumer) running() bool {
 }
 
 // channel returns the consumer's channel on the current connection,
-// opening it when needed. Called with opMu held.
-func (c *consumer) channel(ctx context.Context, op string, s *session) (*amqp.Channel, error) {
+// opening it when needed. Called with opMu held, in a detached operation.
+func (c *consumer) channel(op string, s *session) (*amqp.Channel, error) {
 	c.mu.Lock()
 	ch, gen := c.ch, c.gen
 	c.mu.Unlock()
 	if ch != nil && gen == s.gen && !ch.IsClosed() {
 		return ch, nil
 	}
-	var nch *amqp.Channel
-	err := rpc(ctx, op, nil, func() error {
-		x, err := s.conn.Channel()
-		nch = x
-		return err
-	})
+	nch, err := s.conn.Channel()
 	if err != nil {
-		return nil, err
+		return nil, classify(op, err)
 	}
 	c.mu.Lock()
 	// Deliveries of the old channel died with it: RabbitMQ requeued them.
@@ -127,9 +130,16 @@ func (c *consumer) channel(ctx context.Context, op string, s *session) (*amqp.Ch
 
 // ensure makes the running tags' open credit cover max messages where the
 // prefetch allows, waiting for the connection up to until.
+//
+// The channel work runs detached, under opMu, and to its end even when ctx
+// ends first: the channel carries the leases of everything the consumer
+// handed out, so a Receive that gives up must not close it, and the next
+// operation must not start an RPC on it while one is still waiting for its
+// reply. A consumer tag that starts after its Receive has left is kept
+// (the idle release cancels it if no Receive comes).
 func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max int) error {
 	c.mu.Lock()
-	open, used := c.credit()
+	open, _ := c.credit()
 	if c.running() && (open >= max || len(c.buf) > 0) {
 		c.mu.Unlock()
 		return nil
@@ -139,12 +149,24 @@ func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max i
 	if err != nil {
 		return err
 	}
-	c.opMu.Lock()
-	defer c.opMu.Unlock()
+	_, err = detached(ctx, op, func(ctx context.Context) (struct{}, error) {
+		c.opMu.Lock()
+		defer c.opMu.Unlock()
+		err := c.start(ctx, op, s, max)
+		c.mu.Lock()
+		c.armIdle()
+		c.mu.Unlock()
+		return struct{}{}, err
+	}, nil)
+	return err
+}
+
+// start is ensure's channel work (opMu held, detached).
+func (c *consumer) start(ctx context.Context, op string, s *session, max int) error {
 	if err := c.declare(ctx, op); err != nil {
 		return err
 	}
-	ch, err := c.channel(ctx, op, s)
+	ch, err := c.channel(op, s)
 	if err != nil {
 		return err
 	}
@@ -153,16 +175,26 @@ func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max i
 		c.mu.Unlock()
 		return broker.ClosedError(op)
 	}
-	open, used = c.credit()
+	open, used := c.credit()
 	if len(c.buf) > 0 || open >= max {
 		c.mu.Unlock()
 		return nil
 	}
 	c.mu.Unlock()
 	// Tags without credit have nothing in flight: cancelling them is safe,
-	// and their deliveries stay valid on the channel.
+	// and their deliveries stay valid on the channel. No lease is acked
+	// meanwhile (settleMu): RabbitMQ would answer the ack with a new
+	// message for the tag, and the cancel would return that message with
+	// an attempt spent.
 	if len(used) > 0 {
-		c.stop(ctx, used)
+		c.settleMu.Lock()
+		c.mu.Lock()
+		_, used = c.credit()
+		c.mu.Unlock()
+		if len(used) > 0 {
+			c.stop(ctx, used)
+		}
+		c.settleMu.Unlock()
 	}
 	c.mu.Lock()
 	total := 0
@@ -176,19 +208,15 @@ func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max i
 		return nil
 	}
 	if c.chQos != want {
-		if err := rpc(ctx, op, ch, func() error { return ch.Qos(want, 0, false) }); err != nil {
-			return err
+		if err := ch.Qos(want, 0, false); err != nil {
+			return classify(op, err)
 		}
 		c.chQos = want
 	}
 	tag := "switchyard-" + strconv.FormatUint(consumerSeq.Add(1), 10)
-	var deliveries <-chan amqp.Delivery
-	if err := rpc(ctx, op, ch, func() error {
-		var err error
-		deliveries, err = ch.Consume(c.queue, tag, false, false, false, false, nil)
-		return err
-	}); err != nil {
-		return err
+	deliveries, err := ch.Consume(c.queue, tag, false, false, false, false, nil)
+	if err != nil {
+		return classify(op, err)
 	}
 	done := make(chan struct{})
 	c.mu.Lock()
@@ -333,47 +361,51 @@ func (c *consumer) unTake(ch *amqp.Channel, got []amqp.Delivery) {
 // poll takes what is ready now without waiting, so that a Wait of 0 needs
 // no consumer: basic.get, after the buffer. Running tags are stopped first,
 // so that nothing is in flight to them while basic.get looks at the queue.
+// It runs detached, under opMu (see ensure); what it got after its caller
+// left goes back to the buffer.
 func (c *consumer) poll(ctx context.Context, op string, max int) ([]amqp.Delivery, *amqp.Channel, error) {
 	s, err := c.d.conn.current(op)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := c.declare(ctx, op); err != nil {
-		return nil, nil, err
+	type polled struct {
+		got []amqp.Delivery
+		ch  *amqp.Channel
 	}
-	c.opMu.Lock()
-	c.stop(ctx, nil)
-	ch, err := c.channel(ctx, op, s)
-	c.opMu.Unlock()
-	if err != nil {
-		return nil, nil, err
-	}
-	c.mu.Lock()
-	if len(c.buf) > 0 {
+	r, err := detached(ctx, op, func(ctx context.Context) (polled, error) {
+		if err := c.declare(ctx, op); err != nil {
+			return polled{}, err
+		}
+		c.opMu.Lock()
+		defer c.opMu.Unlock()
+		c.stop(ctx, nil)
+		ch, err := c.channel(op, s)
+		if err != nil {
+			return polled{}, err
+		}
+		c.mu.Lock()
+		if len(c.buf) > 0 {
+			c.mu.Unlock()
+			return polled{}, nil // the loop in receive takes them
+		}
 		c.mu.Unlock()
-		return nil, nil, nil // the loop in receive takes them
-	}
-	c.mu.Unlock()
-	var got []amqp.Delivery
-	for len(got) < max {
-		var dv amqp.Delivery
-		var ok bool
-		if err := rpc(ctx, op, ch, func() error {
-			var err error
-			dv, ok, err = ch.Get(c.queue, false)
-			return err
-		}); err != nil {
-			if len(got) > 0 {
+		var got []amqp.Delivery
+		for len(got) < max {
+			dv, ok, err := ch.Get(c.queue, false)
+			if err != nil {
+				if len(got) > 0 {
+					break
+				}
+				return polled{}, classify(op, err)
+			}
+			if !ok {
 				break
 			}
-			return nil, nil, err
+			got = append(got, dv)
 		}
-		if !ok {
-			break
-		}
-		got = append(got, dv)
-	}
-	return got, ch, nil
+		return polled{got, ch}, nil
+	}, func(r polled, _ error) { c.unTake(r.ch, r.got) })
+	return r.got, r.ch, err
 }
 
 // leave ends one Receive; the last one out arms the idle release.
@@ -385,6 +417,12 @@ func (c *consumer) leave() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.receivers--
+	c.armIdle()
+}
+
+// armIdle (c.mu held) arms the idle release when no Receive is in progress
+// and tags or buffered messages are left.
+func (c *consumer) armIdle() {
 	if c.receivers > 0 || c.closed || (len(c.tags) == 0 && len(c.buf) == 0) {
 		return
 	}
@@ -398,8 +436,9 @@ func (c *consumer) leave() {
 // idleRelease cancels the tags of a consumer no one has received from for
 // idleRelease and returns what they buffered.
 func (c *consumer) idleRelease() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	// Not cancelled midway: its RPCs end when the broker answers, or the
+	// connection dies (see ensure).
+	ctx := context.Background()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	c.mu.Lock()
@@ -445,7 +484,7 @@ func (c *consumer) stop(ctx context.Context, tags []string) *amqp.Channel {
 		return ch
 	}
 	for _, t := range tags {
-		if err := rpc(ctx, "rabbitmq: cancel consumer", ch, func() error { return ch.Cancel(t, false) }); err != nil {
+		if err := rpc(ctx, "rabbitmq: cancel consumer", func() error { return ch.Cancel(t, false) }); err != nil {
 			return ch
 		}
 	}
@@ -476,6 +515,7 @@ func (c *consumer) release(ctx context.Context, ch *amqp.Channel, ds []amqp.Deli
 	}
 	for i, err := range c.d.pub.send(ctx, "rabbitmq: release", out) {
 		if err == nil {
+			c.supersede(ds[i].Headers)
 			_ = ch.Ack(ds[i].DeliveryTag, false)
 		} else {
 			_ = ch.Nack(ds[i].DeliveryTag, false, true)
@@ -529,4 +569,69 @@ func (c *consumer) shutdown(ctx context.Context) {
 			l.finish(l.ch.Nack(l.tag, false, true) == nil)
 		}
 	}
+}
+
+// Superseded copies. A delivery settled by publishing its next copy (a
+// delayed retry, a dead letter, an idle release) and acking it is recorded
+// here, by its copy ID (hdrCopy), before the ack is sent; if the ack is
+// lost with its channel, RabbitMQ redelivers that copy, and handOut acks
+// and drops it instead of handing out a second copy of the message (see
+// settle). A copy ID names one published copy, never the one that
+// replaces it nor any later publish of the message. Records are kept for
+// supersededFor and at most supersededMax of them; dead-letter queues keep
+// none.
+const (
+	supersededFor = 5 * time.Minute
+	supersededMax = 1 << 16
+)
+
+// supersede records the delivery with headers h as replaced by a
+// published copy. Messages without a copy ID (published by an earlier
+// version) are not recorded.
+func (c *consumer) supersede(h amqp.Table) {
+	id, _ := h[hdrCopy].(string)
+	if c.dead || id == "" {
+		return
+	}
+	now := time.Now()
+	c.supMu.Lock()
+	defer c.supMu.Unlock()
+	if c.superseded == nil {
+		c.superseded = map[string]time.Time{}
+	}
+	// Drop expired records, oldest first, and the oldest when full.
+	for len(c.supOrder) > 0 {
+		old := c.supOrder[0]
+		at, ok := c.superseded[old]
+		full := len(c.supOrder) >= supersededMax
+		if ok && !full && now.Sub(at) < supersededFor {
+			break
+		}
+		if ok {
+			delete(c.superseded, old)
+		}
+		c.supOrder[0] = ""
+		c.supOrder = c.supOrder[1:]
+	}
+	if _, ok := c.superseded[id]; !ok {
+		c.supOrder = append(c.supOrder, id)
+	}
+	c.superseded[id] = now
+}
+
+// wasSuperseded reports whether dv is a redelivery of a copy that a
+// published copy replaced (its ack was lost); the record is used up.
+func (c *consumer) wasSuperseded(dv *amqp.Delivery) bool {
+	id, _ := dv.Headers[hdrCopy].(string)
+	if c.dead || !dv.Redelivered || id == "" {
+		return false
+	}
+	c.supMu.Lock()
+	defer c.supMu.Unlock()
+	at, ok := c.superseded[id]
+	if !ok || time.Since(at) >= supersededFor {
+		return false
+	}
+	delete(c.superseded, id)
+	return true
 }

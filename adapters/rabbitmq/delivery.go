@@ -23,6 +23,12 @@ func (c *consumer) handOut(ctx context.Context, ch *amqp.Channel, got []amqp.Del
 			c.deadLetterUndecodable(ctx, ch, dv, err)
 			continue
 		}
+		if c.wasSuperseded(&dv) {
+			// A copy replaced it, and its ack was lost with its channel.
+			c.d.log.Info("rabbitmq: dropped a redelivered message already replaced by its republished copy", "queue", c.queue, "id", dv.MessageId)
+			_ = ch.Ack(dv.DeliveryTag, false)
+			continue
+		}
 		d := &broker.Delivery{}
 		if m != nil {
 			d.Message = *m
@@ -176,8 +182,13 @@ func copyHeaders(h amqp.Table) amqp.Table {
 	return c
 }
 
-// republishing builds a persistent copy of a delivery with headers h.
+// republishing builds a persistent copy of a delivery with headers h (and
+// a copy ID of its own).
 func republishing(dv amqp.Delivery, h amqp.Table) amqp.Publishing {
+	if h == nil {
+		h = amqp.Table{}
+	}
+	h[hdrCopy] = newCopyID()
 	return amqp.Publishing{
 		Headers:      h,
 		ContentType:  dv.ContentType,

@@ -83,24 +83,26 @@ func (d *Driver) withAdmin(ctx context.Context, op string, f func(ch *amqp.Chann
 	if err != nil {
 		return err
 	}
-	d.adminMu.Lock()
-	defer d.adminMu.Unlock()
-	if d.admin == nil || d.adminGen != s.gen || d.admin.IsClosed() {
-		var ch *amqp.Channel
-		if err := rpc(ctx, op, nil, func() error {
-			c, err := s.conn.Channel()
-			ch = c
-			return err
-		}); err != nil {
-			return err
+	// Detached: a caller that gives up leaves the operation to finish, so
+	// that the next one never sends on the channel while an RPC of the
+	// last one still waits for its reply.
+	_, err = detached(ctx, op, func(context.Context) (struct{}, error) {
+		d.adminMu.Lock()
+		defer d.adminMu.Unlock()
+		if d.admin == nil || d.adminGen != s.gen || d.admin.IsClosed() {
+			ch, err := s.conn.Channel()
+			if err != nil {
+				return struct{}{}, classify(op, err)
+			}
+			d.admin, d.adminGen = ch, s.gen
 		}
-		d.admin, d.adminGen = ch, s.gen
-	}
-	ch := d.admin
-	err = rpc(ctx, op, ch, func() error { return f(ch) })
-	if err != nil && ch.IsClosed() {
-		d.admin = nil
-	}
+		ch := d.admin
+		err := f(ch)
+		if err != nil && ch.IsClosed() {
+			d.admin = nil
+		}
+		return struct{}{}, classify(op, err)
+	}, nil)
 	return err
 }
 

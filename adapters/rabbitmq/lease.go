@@ -55,8 +55,10 @@ func (l *lease) expire() {
 		}
 		l.state = lost
 		l.mu.Unlock()
+		l.c.settleMu.RLock() // see settle
 		l.c.forget(l)
 		_ = l.ch.Nack(l.tag, false, true)
+		l.c.settleMu.RUnlock()
 	case busy:
 		l.expiredBusy = true
 		l.mu.Unlock()
@@ -119,6 +121,12 @@ func (c *consumer) forget(l *lease) {
 	c.mu.Unlock()
 }
 
+// testHookCopied, when set by a test, runs in settle after the copy was
+// published and before the delivery is acked.
+var testHookCopied func(*lease)
+
+func (l *lease) ack() error { return l.ch.Ack(l.tag, false) }
+
 func leaseOf(op string, d *broker.Delivery) (*lease, error) {
 	if d == nil {
 		return nil, broker.Invalidf("%s: nil delivery", op)
@@ -130,22 +138,62 @@ func leaseOf(op string, d *broker.Delivery) (*lease, error) {
 	return l, nil
 }
 
-// settle runs f on a claimed lease; a channel error means the delivery is
-// gone with its channel (RabbitMQ requeued it), so the lease is lost.
-func settle(op string, l *lease, f func() error) error {
+// settle settles a claimed lease in two steps: republish (when not nil)
+// publishes the message's next copy (a delayed retry, a dead letter, a
+// replay), and final acks or requeues the delivery on its channel. A
+// channel error means the delivery is gone with its channel (RabbitMQ
+// requeued it), so the lease is lost.
+//
+// A copy published and then an ack lost with its channel would leave two
+// copies: the new one and the original, which RabbitMQ redelivers. So,
+// once the copy is confirmed, the original is recorded as superseded
+// (consumer.supersede) before the ack is sent, and if this driver
+// receives it again it is acked and dropped instead of handed out
+// (handOut). The ack is not made atomic with the publish (an AMQP
+// transaction would do it, but every ack on the consumer's channel would
+// then need a tx.commit round trip); a redelivery that goes to another
+// process is a duplicate, which at-least-once allows and the ledger
+// absorbs, but copies do not multiply in a process that survives a
+// channel or connection error.
+//
+// final runs under the consumer's settleMu (read), so that it never
+// frees a consumer tag's credit while start decides which tags have none
+// left and cancels them (a cancel that reaches a tag RabbitMQ is
+// delivering to returns that message with x-delivery-count raised: an
+// attempt spent without a delivery).
+func settle(op string, l *lease, republish func() error, final func() error) error {
 	if err := l.begin(op); err != nil {
 		return err
 	}
-	if err := f(); err != nil {
-		if errors.Is(err, amqp.ErrClosed) || l.ch.IsClosed() {
-			l.finish(true)
-			return broker.LeaseLostError(op, l.raw.MessageId)
+	if republish != nil {
+		if err := republish(); err != nil {
+			if l.ch.IsClosed() {
+				l.finish(true)
+				return broker.LeaseLostError(op, l.raw.MessageId)
+			}
+			l.finish(false)
+			return err
 		}
-		l.finish(false)
-		return err
+		l.c.supersede(l.raw.Headers)
+		if testHookCopied != nil {
+			testHookCopied(l)
+		}
 	}
-	l.finish(true)
-	return nil
+	l.c.settleMu.RLock()
+	err := final()
+	gone := err != nil && (errors.Is(err, amqp.ErrClosed) || l.ch.IsClosed())
+	if err == nil || gone {
+		l.finish(true)
+	}
+	l.c.settleMu.RUnlock()
+	switch {
+	case err == nil:
+		return nil
+	case gone:
+		return broker.LeaseLostError(op, l.raw.MessageId)
+	}
+	l.finish(false) // (not under settleMu: it may expire the lease)
+	return err
 }
 
 // Ack removes the delivered messages. Deliveries whose lease ended are
@@ -159,7 +207,7 @@ func (d *Driver) Ack(ctx context.Context, ds []*broker.Delivery) error {
 	for _, dv := range ds {
 		l, err := leaseOf(op, dv)
 		if err == nil {
-			err = settle(op, l, func() error { return l.ch.Ack(l.tag, false) })
+			err = settle(op, l, nil, func() error { return l.ch.Ack(l.tag, false) })
 		}
 		if err != nil && first == nil {
 			first = err
@@ -197,7 +245,7 @@ func (d *Driver) nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 		return err
 	}
 	if l.c.dead {
-		return settle(op, l, func() error { return l.ch.Nack(l.tag, false, true) })
+		return settle(op, l, nil, func() error { return l.ch.Nack(l.tag, false, true) })
 	}
 	return settle(op, l, func() error {
 		h := copyHeaders(l.raw.Headers)
@@ -210,11 +258,8 @@ func (d *Driver) nack(ctx context.Context, dv *broker.Delivery, delay time.Durat
 		if err != nil {
 			return err
 		}
-		if err := d.pub.sendOne(ctx, op, outMsg{queue: q, pub: pub}); err != nil {
-			return err
-		}
-		return l.ch.Ack(l.tag, false)
-	})
+		return d.pub.sendOne(ctx, op, outMsg{queue: q, pub: pub})
+	}, l.ack)
 }
 
 // Extend moves the leases' deadlines to lease from now.
@@ -277,11 +322,8 @@ func (d *Driver) DeadLetter(ctx context.Context, dv *broker.Delivery, dl *broker
 		if err := d.declareLane(ctx, op, l.c.lane); err != nil {
 			return err
 		}
-		if err := d.pub.sendOne(ctx, op, outMsg{queue: d.cfg.deadQueue(l.c.lane), pub: pub}); err != nil {
-			return err
-		}
-		return l.ch.Ack(l.tag, false)
-	})
+		return d.pub.sendOne(ctx, op, outMsg{queue: d.cfg.deadQueue(l.c.lane), pub: pub})
+	}, l.ack)
 }
 
 // Replay publishes a dead letter back to its live lane as a fresh message
@@ -307,9 +349,6 @@ func (d *Driver) Replay(ctx context.Context, dv *broker.Delivery) error {
 		if err := d.declareLane(ctx, op, l.c.lane); err != nil {
 			return err
 		}
-		if err := d.pub.sendOne(ctx, op, outMsg{queue: d.cfg.workQueue(l.c.lane), pub: pub}); err != nil {
-			return err
-		}
-		return l.ch.Ack(l.tag, false)
-	})
+		return d.pub.sendOne(ctx, op, outMsg{queue: d.cfg.workQueue(l.c.lane), pub: pub})
+	}, l.ack)
 }

@@ -2,9 +2,13 @@ package rabbitmq
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -27,6 +31,11 @@ const (
 	// hdrLastError is the error of the attempt that failed before this
 	// copy was published (Driver.NackWithError).
 	hdrLastError = "switchyard-last-error"
+	// hdrCopy identifies one published copy of a message: every publish
+	// and republish sets a new one (newCopyID), and a redelivery carries
+	// its copy's. It lets a redelivered copy that a republished one has
+	// replaced be recognised (consumer.supersede).
+	hdrCopy = "switchyard-copy"
 	// hdrDeliveryCount is set by quorum queues on redeliveries.
 	hdrDeliveryCount = "x-delivery-count"
 
@@ -61,28 +70,30 @@ func (p *publisher) channel(ctx context.Context, op string) (*amqp.Channel, erro
 		return nil, err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ch != nil && p.gen == s.gen && !p.ch.IsClosed() {
-		return p.ch, nil
+	if ch := p.ch; ch != nil && p.gen == s.gen && !ch.IsClosed() {
+		p.mu.Unlock()
+		return ch, nil
 	}
-	var ch *amqp.Channel
-	err = rpc(ctx, op, nil, func() error {
-		c, err := s.conn.Channel()
+	p.mu.Unlock()
+	// Detached: a channel opened for a caller that gave up is kept for the
+	// next one rather than left open and unused.
+	return detached(ctx, op, func(context.Context) (*amqp.Channel, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.ch != nil && p.gen == s.gen && !p.ch.IsClosed() {
+			return p.ch, nil
+		}
+		ch, err := s.conn.Channel()
 		if err != nil {
-			return err
+			return nil, classify(op, err)
 		}
-		if err := c.Confirm(false); err != nil {
-			c.Close()
-			return err
+		if err := ch.Confirm(false); err != nil {
+			ch.Close() // no one else has it
+			return nil, classify(op, err)
 		}
-		ch = c
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	p.ch, p.gen = ch, s.gen
-	return ch, nil
+		p.ch, p.gen = ch, s.gen
+		return ch, nil
+	}, nil)
 }
 
 // send publishes msgs and waits for their confirms. It returns one error per
@@ -189,6 +200,10 @@ func publishing(m *broker.Message, body []byte, headers amqp.Table) amqp.Publish
 	if len(id) > maxShortstr {
 		id = ""
 	}
+	if headers == nil {
+		headers = amqp.Table{}
+	}
+	headers[hdrCopy] = newCopyID()
 	return amqp.Publishing{
 		Headers:      headers,
 		ContentType:  contentType,
@@ -209,4 +224,22 @@ func expiration(d time.Duration) string {
 		ms = 1
 	}
 	return fmt.Sprint(int64(ms))
+}
+
+// copyPrefix and copySeq make copy IDs: unique per process by the counter,
+// across processes by the random prefix.
+var (
+	copyPrefix = randomPrefix()
+	copySeq    atomic.Uint64
+)
+
+func randomPrefix() string {
+	b := make([]byte, 8)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b) + "-"
+}
+
+// newCopyID returns a new value for hdrCopy.
+func newCopyID() string {
+	return copyPrefix + strconv.FormatUint(copySeq.Add(1), 36)
 }
