@@ -472,12 +472,11 @@ func matrixPair(t *testing.T, fromKind, toKind string, n int) {
 		}
 		return ""
 	})
-	// A source that hands its messages over out of order (RabbitMQ puts
-	// a requeued message at the back of its queue) leaves keys' later
-	// tasks ahead of earlier ones on the target, and each of those waits
-	// for its turn through the broker's ordering requeue, with the
-	// target's delay precision (up to 10 s on NATS): rabbitmq-to-nats took
-	// 2m12s here on an idle machine against 3 s for nats-to-nats.
+	// rabbitmq-to-nats took 2m12s here on an idle machine against 3 s for
+	// nats-to-nats (not explained yet; the likely cause is a handover out
+	// of order: RabbitMQ puts a requeued message at the back of its
+	// queue, and a key's later task then waits for its turn through the
+	// ordering requeue, with NATS's delay precision of up to 10 s).
 	eventually(t, 5*time.Minute, func() string {
 		evMu.Lock()
 		done := len(succeeded)
