@@ -77,12 +77,10 @@ func openBenchBroker(b *testing.B, kind string) *broker.Broker {
 	return br
 }
 
-// benchRuntime enqueues b.N tasks one per Enqueue call from 8 goroutines,
-// or with bulk in EnqueueMany calls of up to 1,000 from one.
-func benchRuntime(b *testing.B, kind string, bulk bool) {
-	ctx := context.Background()
-	br := openBenchBroker(b, kind)
-	client, _ := switchyard.NewClient(br, nil)
+// noopServer is the benchmarks' Server (Slots 64, Prefetch 128, no
+// retries) with a no-op handler; wait returns when b.N tasks have run
+// (and fails the benchmark after 5 minutes).
+func noopServer(b *testing.B, br *broker.Broker) (*switchyard.Server, func()) {
 	srv, err := switchyard.NewServer(br, &switchyard.ServerConfig{Slots: 64, Prefetch: 128, PollWait: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: scheduler.RetryPolicy{}})
 	if err != nil {
@@ -91,12 +89,30 @@ func benchRuntime(b *testing.B, kind string, bulk bool) {
 	var done atomic.Int64
 	all := make(chan struct{})
 	n := int64(b.N)
-	_ = switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[noopArgs]) error {
+	if err := switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[noopArgs]) error {
 		if done.Add(1) == n {
 			close(all)
 		}
 		return nil
-	}, nil)
+	}, nil); err != nil {
+		b.Fatal(err)
+	}
+	return srv, func() {
+		select {
+		case <-all:
+		case <-time.After(5 * time.Minute):
+			b.Fatalf("%d of %d tasks done after 5 minutes", done.Load(), b.N)
+		}
+	}
+}
+
+// benchRuntime enqueues b.N tasks one per Enqueue call from 8 goroutines,
+// or with bulk in EnqueueMany calls of up to 1,000 from one.
+func benchRuntime(b *testing.B, kind string, bulk bool) {
+	ctx := context.Background()
+	br := openBenchBroker(b, kind)
+	client, _ := switchyard.NewClient(br, nil)
+	srv, waitAll := noopServer(b, br)
 	payload := fmt.Sprintf("%064d", 0)
 	b.ResetTimer()
 	cpu := cpuTime()
@@ -133,7 +149,7 @@ func benchRuntime(b *testing.B, kind string, bulk bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= n {
+			for next.Add(1) <= int64(b.N) {
 				if _, err := client.Enqueue(ctx, noopArgs{Payload: payload}, nil); err != nil {
 					errs <- err
 					return
@@ -147,11 +163,7 @@ func benchRuntime(b *testing.B, kind string, bulk bool) {
 		b.Fatal(err)
 	default:
 	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d tasks done after 5 minutes", done.Load(), b.N)
-	}
+	waitAll()
 	el := time.Since(start)
 	b.StopTimer()
 	_ = srv.Stop(ctx)
@@ -213,20 +225,7 @@ func benchDrain(b *testing.B, kind string) {
 	ctx := context.Background()
 	br := openBenchBroker(b, kind)
 	client, _ := switchyard.NewClient(br, nil)
-	srv, err := switchyard.NewServer(br, &switchyard.ServerConfig{Slots: 64, Prefetch: 128, PollWait: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: scheduler.RetryPolicy{}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	var done atomic.Int64
-	all := make(chan struct{})
-	n := int64(b.N)
-	_ = switchyard.Register(srv, func(ctx context.Context, t *switchyard.Task[noopArgs]) error {
-		if done.Add(1) == n {
-			close(all)
-		}
-		return nil
-	}, nil)
+	srv, waitAll := noopServer(b, br)
 	payload := fmt.Sprintf("%064d", 0)
 	for sent := 0; sent < b.N; {
 		items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
@@ -250,11 +249,7 @@ func benchDrain(b *testing.B, kind string) {
 	if err := srv.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("%d of %d tasks done after 5 minutes", done.Load(), b.N)
-	}
+	waitAll()
 	el := time.Since(start)
 	b.StopTimer()
 	_ = srv.Stop(ctx)
