@@ -74,9 +74,24 @@
 //     no-wait pull and otherwise waits with pulls of at most pull_expiry,
 //     so a pull lost by the server (a restart) stalls delivery for at most
 //     one expiry. A waiting Receive returns on its first message, topped up
-//     with whatever else is ready.
+//     with whatever else is ready. A waiting pull the server has not
+//     answered a quarter of its expiry (at least 250 ms) after it expired
+//     is given up and pulled again, rather than waiting out nats.go's own
+//     expiry plus one second: on NATS 2.9.10 a pull now and then gets
+//     neither a message nor its 408, and every message published meanwhile
+//     waited that second. Messages that still arrive for a given-up pull
+//     are handed back with a Nak (which counts a delivery).
 //   - Attempts are the delivery count from the message metadata; replayed
-//     messages are new messages and start at 1.
+//     messages are new messages and start at 1. NATS 2.9.10 can report 1
+//     for a redelivery: when a redelivered message (lease ended) finds only
+//     expired or abandoned pulls waiting, the server steps its next-sequence
+//     back although the message came from its redelivery queue, and
+//     delivers the message at that sequence again as a first delivery
+//     (seen: stream sequence 1 delivered with consumer sequences 1 and 2,
+//     both with delivery count 1). Rare (2 in 40 runs of the conformance
+//     case CloseWithoutAck, 8 in parallel on a loaded machine); such an
+//     attempt undercounts by one or more, and a message can then be
+//     delivered again while another consumer holds it.
 //   - Nack: NakWithDelay (Nak for no delay); attempts grow.
 //   - Delays: a message with RunAt ahead goes to the lane's delayed subject;
 //     a background loop nacks it until due and then moves it to the live
