@@ -88,8 +88,12 @@
 //     back although the message came from its redelivery queue, and
 //     delivers the message at that sequence again as a first delivery
 //     (seen: stream sequence 1 delivered with consumer sequences 1 and 2,
-//     both with delivery count 1). Rare (2 in 40 runs of the conformance
-//     case CloseWithoutAck, 8 in parallel on a loaded machine); such an
+//     both with delivery count 1). Reproduced every time with the raw
+//     client: deliver a message, leave it unacked, send a pull request and
+//     unsubscribe its inbox, wait out the AckWait, pull: delivery count 1
+//     again. In the driver it is rare (2 in 40 runs of the conformance case
+//     CloseWithoutAck, 8 in parallel on a loaded machine, where the new
+//     consumer's pull expired as the old delivery's AckWait ended); such an
 //     attempt undercounts by one or more, and a message can then be
 //     delivered again while another consumer holds it.
 //   - Nack: NakWithDelay (Nak for no delay); attempts grow.
