@@ -166,6 +166,14 @@
 // scheduler retries with its own policy. Set sdk_max_attempts=1 to leave
 // all retrying to the scheduler.
 //
+// A retried ReceiveMessage whose first response was lost (a connection
+// reset while reading it) would leave the messages that attempt took
+// leased to nobody until their visibility timeout ends, when they come
+// back as any expired lease does. On FIFO queues every receive carries a
+// fresh ReceiveRequestAttemptId, which the SDK's retries resend, so SQS
+// answers the retry with the lost attempt's messages. Standard queues have
+// no such parameter (nor does the emulator fauxqs 1.9.2 honour it).
+//
 // # IAM
 //
 // The least-privilege policy, for namespace "myapp" (FIFO names are

@@ -2,6 +2,8 @@ package sqs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"time"
@@ -70,6 +72,12 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 		}
 		if req.DeadLetters {
 			in.MessageAttributeNames = []string{attrDeadLetter}
+		}
+		if d.cfg.FIFO {
+			// The SDK's retries of this call resend it as is: on a FIFO
+			// queue SQS then returns the messages the lost attempt took
+			// (see receiveAttemptID).
+			in.ReceiveRequestAttemptId = aws.String(receiveAttemptID())
 		}
 		resp, err := d.client.ReceiveMessage(ctx, in)
 		if err != nil {
@@ -283,6 +291,20 @@ func (d *Driver) takeHeld(ctx context.Context, queue string, want int, vt int32)
 		}
 	}
 	return out
+}
+
+// receiveAttemptID is a fresh ReceiveRequestAttemptId for one
+// ReceiveMessage call on a FIFO queue. When a response is lost (a
+// connection reset while reading it), the SDK retries the call with the
+// same input; with the same attempt ID, SQS answers the retry with the
+// messages and receipt handles of the lost attempt instead of leasing
+// others, so the first ones are not left leased to nobody until their
+// visibility timeout ends. Standard queues have no such parameter. (The
+// emulator fauxqs 1.9.2 ignores it.)
+func receiveAttemptID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
 }
 
 func intAttr(attrs map[string]string, name types.MessageSystemAttributeName, def int64) int64 {
