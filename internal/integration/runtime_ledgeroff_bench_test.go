@@ -106,6 +106,26 @@ func noopServer(b *testing.B, br *broker.Broker) (*switchyard.Server, func()) {
 	}
 }
 
+// enqueueNoops enqueues b.N no-op tasks with EnqueueMany, 1,000 a call.
+func enqueueNoops(ctx context.Context, b *testing.B, client *switchyard.Client, payload string) {
+	for sent := 0; sent < b.N; {
+		items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
+		for i := range items {
+			items[i] = switchyard.EnqueueItem{Args: noopArgs{Payload: payload}}
+		}
+		rs, err := client.EnqueueMany(ctx, items)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range rs {
+			if r.Err != nil {
+				b.Fatal(r.Err)
+			}
+		}
+		sent += len(items)
+	}
+}
+
 // benchRuntime enqueues b.N tasks one per Enqueue call from 8 goroutines,
 // or with bulk in EnqueueMany calls of up to 1,000 from one.
 func benchRuntime(b *testing.B, kind string, bulk bool) {
@@ -121,22 +141,7 @@ func benchRuntime(b *testing.B, kind string, bulk bool) {
 		b.Fatal(err)
 	}
 	if bulk {
-		for sent := 0; sent < b.N; {
-			items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
-			for i := range items {
-				items[i] = switchyard.EnqueueItem{Args: noopArgs{Payload: payload}}
-			}
-			rs, err := client.EnqueueMany(ctx, items)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, r := range rs {
-				if r.Err != nil {
-					b.Fatal(r.Err)
-				}
-			}
-			sent += len(items)
-		}
+		enqueueNoops(ctx, b, client, payload)
 	}
 	publishers := 8
 	if bulk {
@@ -227,22 +232,7 @@ func benchDrain(b *testing.B, kind string) {
 	client, _ := switchyard.NewClient(br, nil)
 	srv, waitAll := noopServer(b, br)
 	payload := fmt.Sprintf("%064d", 0)
-	for sent := 0; sent < b.N; {
-		items := make([]switchyard.EnqueueItem, min(1000, b.N-sent))
-		for i := range items {
-			items[i] = switchyard.EnqueueItem{Args: noopArgs{Payload: payload}}
-		}
-		rs, err := client.EnqueueMany(ctx, items)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range rs {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-		sent += len(items)
-	}
+	enqueueNoops(ctx, b, client, payload)
 	b.ResetTimer()
 	cpu := cpuTime()
 	start := time.Now()
