@@ -84,29 +84,7 @@ func benchTaskCost(b *testing.B, keys bool) {
 		}
 		return c
 	}
-	backendCPU := func() (sec float64) {
-		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, schema)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, p := range pids {
-			raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-			if err != nil {
-				continue // not on this machine, or gone
-			}
-			st := string(raw)
-			f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
-			u, _ := strconv.ParseFloat(f[11], 64)
-			k, _ := strconv.ParseFloat(f[12], 64)
-			sec += (u + k) / 100 // clock ticks
-		}
-		return sec
-	}
-	c0, cpu0 := read(), backendCPU()
+	c0, cpu0 := read(), backendCPU(ctx, b, conn, schema)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	b.ResetTimer()
@@ -145,7 +123,7 @@ func benchTaskCost(b *testing.B, keys bool) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	cpu1 := backendCPU()
+	cpu1 := backendCPU(ctx, b, conn, schema)
 	groups, writes, splits := s.GroupStats()
 	waited, full := s.GroupStarts()
 	arrays, arrayWrites := s.ArrayStats()
@@ -170,4 +148,30 @@ func benchTaskCost(b *testing.B, keys bool) {
 	if writes > 0 {
 		b.ReportMetric(float64(writes-arrayWrites+arrays)/float64(writes), "stmts/write")
 	}
+}
+
+// backendCPU is the CPU time, in seconds, of the PostgreSQL backends whose
+// application_name is app (read from /proc: the server runs on this
+// machine).
+func backendCPU(ctx context.Context, b *testing.B, conn *pgx.Conn, app string) (sec float64) {
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue // not on this machine, or gone
+		}
+		st := string(raw)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
+		u, _ := strconv.ParseFloat(f[11], 64)
+		k, _ := strconv.ParseFloat(f[12], 64)
+		sec += (u + k) / 100 // clock ticks
+	}
+	return sec
 }

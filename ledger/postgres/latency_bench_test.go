@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -56,34 +55,12 @@ func benchWriteLatency(b *testing.B, rate int) {
 	for range 8 {
 		s.Get(ctx, "warm-up")
 	}
-	backendCPU := func() (sec float64) {
-		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, schema)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, p := range pids {
-			raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-			if err != nil {
-				continue
-			}
-			st := string(raw)
-			f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
-			u, _ := strconv.ParseFloat(f[11], 64)
-			k, _ := strconv.ParseFloat(f[12], 64)
-			sec += (u + k) / 100
-		}
-		return sec
-	}
 	var (
 		mu         sync.Mutex
 		start, end []time.Duration
 		wg         sync.WaitGroup
 		interval   = time.Second / time.Duration(rate)
-		cpu0       = backendCPU()
+		cpu0       = backendCPU(ctx, b, conn, schema)
 		t0         = time.Now()
 	)
 	b.ResetTimer()
@@ -119,7 +96,7 @@ func benchWriteLatency(b *testing.B, rate int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	cpu := backendCPU() - cpu0
+	cpu := backendCPU(ctx, b, conn, schema) - cpu0
 	pct := func(ds []time.Duration, p float64) float64 {
 		if len(ds) == 0 {
 			return 0
