@@ -55,7 +55,10 @@
 //     (seq 1) is not a row: Events derives it from the task (schema 12).
 //   - BeginRun: one statement locks the row, moves it to running with its
 //     lease, appends the event and keeps the attempt's start in the task
-//     row; EndRun writes the attempt's one row and the move. A task's
+//     row; EndRun makes the move and keeps the attempt's end there too
+//     (schema 14: the attempt's row is written when the next attempt
+//     begins, or at once when the attempt has a row or the move is
+//     refused). A task's
 //     updates touch no indexed column (fillfactor 70), so they can be HOT.
 //   - Transition: the row is locked only if its state is one of the legal
 //     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,
