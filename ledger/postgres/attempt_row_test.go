@@ -167,3 +167,101 @@ func TestEndRun_AttemptInTaskRow(t *testing.T) {
 		t.Errorf("snoozed task: %d attempt rows, want 0", n)
 	}
 }
+
+// eventRows counts the ledger_events rows of task id.
+func eventRows(t *testing.T, s *Store, id string) int {
+	t.Helper()
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM ledger_events WHERE task_id = $1`, id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestBeginRun_StartEventInTaskRow (migration 0014): BeginRun keeps its
+// event (attempt started) in the task row, in its array statement and its
+// single one, and writes that event's row when the next BeginRun replaces
+// it (a retry, a takeover); Events and ReadStream read every event, in
+// order, with the same fields either way.
+func TestBeginRun_StartEventInTaskRow(t *testing.T) {
+	t.Parallel()
+	s := heldGroups(t)
+	ctx := context.Background()
+	a := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"}).ID
+	b := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"}).ID
+	begin := func(id string, attempt int, worker string, lease time.Duration) func() {
+		return func() {
+			if _, err := s.BeginRun(ctx, ledger.RunStart{ID: id, Attempt: attempt, Worker: worker, Lease: lease}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	group(t, s, begin(a, 1, "w1", time.Minute), begin(b, 1, "w1", time.Microsecond))
+	if arrays, writes := s.ArrayStats(); arrays != 1 || writes != 2 {
+		t.Fatalf("array statements %d carrying %d writes, want 1 carrying 2", arrays, writes)
+	}
+	for _, id := range []string{a, b} {
+		if n := eventRows(t, s, id); n != 0 {
+			t.Errorf("task %s: %d event rows after BeginRun, want 0 (the start event is in the task row)", id, n)
+		}
+	}
+	events := func(id string) string {
+		t.Helper()
+		var es []ledger.Event
+		var st []ledger.StreamEntry
+		var err error
+		direct(s, func() {
+			if es, err = s.Events(ctx, id); err == nil {
+				st, err = s.ReadStream(ctx, id, 1, 100)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, fmt.Sprintf("%d:%s>%s:%s:%s", e.Seq, e.From, e.To, e.Reason, e.Actor))
+		}
+		// ReadStream after offset 1: the same state moves but the first.
+		var fromStream []string
+		for _, e := range st {
+			fromStream = append(fromStream, fmt.Sprintf("%d:%s>%s:%s", e.Offset, e.From, e.State, e.Reason))
+		}
+		var want []string
+		for _, e := range es[1:] {
+			want = append(want, fmt.Sprintf("%d:%s>%s:%s", e.Seq, e.From, e.To, e.Reason))
+		}
+		if fmt.Sprint(fromStream) != fmt.Sprint(want) {
+			t.Errorf("task %s: ReadStream after 1 %v, want %v", id, fromStream, want)
+		}
+		return fmt.Sprint(out)
+	}
+	if got, want := events(a), "[1:>queued:enqueued: 2:queued>running:attempt_started:w1]"; got != want {
+		t.Errorf("begun task: events %s, want %s", got, want)
+	}
+	// b's lease has passed: a takeover (alone: the single statement)
+	// writes attempt 1's start event as a row and keeps its own.
+	time.Sleep(5 * time.Millisecond)
+	direct(s, begin(b, 2, "w2", time.Minute))
+	if n := eventRows(t, s, b); n != 1 {
+		t.Errorf("taken-over task: %d event rows, want 1 (the first start)", n)
+	}
+	if got, want := events(b), "[1:>queued:enqueued: 2:queued>running:attempt_started:w1 3:running>running:lease_expired:w2]"; got != want {
+		t.Errorf("taken-over task: events %s, want %s", got, want)
+	}
+	// a fails and retries: its events in order, the retry between the two starts.
+	direct(s, func() {
+		_, err := s.EndRun(ctx, ledger.RunEnd{Attempt: ledger.Attempt{TaskID: a, Number: 1, Outcome: "retry"},
+			Transition: &ledger.TransitionRequest{ID: a, From: []ledger.State{ledger.Running}, To: ledger.RetryWait, Reason: "retrying", RunAt: time.Now()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	group(t, s, begin(a, 2, "w3", time.Minute), begin(mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"}).ID, 1, "w3", time.Minute))
+	if got, want := events(a), "[1:>queued:enqueued: 2:queued>running:attempt_started:w1 3:running>retry_wait:retrying: 4:retry_wait>running:attempt_started:w3]"; got != want {
+		t.Errorf("retried task: events %s, want %s", got, want)
+	}
+	if n := eventRows(t, s, a); n != 2 {
+		t.Errorf("retried task: %d event rows, want 2 (the first start, the retry)", n)
+	}
+}

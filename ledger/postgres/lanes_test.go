@@ -26,7 +26,9 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, q := range []string{
-		`ALTER TABLE ledger_tasks DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack`, // 0014
+		`ALTER TABLE ledger_tasks DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack,
+			DROP COLUMN run_ev_seq, DROP COLUMN run_ev_at, DROP COLUMN run_ev_from, DROP COLUMN run_ev_reason, DROP COLUMN run_ev_detail,
+			DROP COLUMN run_ev_actor`, // 0014
 		`DROP TABLE switchyard_spend`, // 0013
 		`DROP TABLE switchyard_pbatch_leases`,
 		`DROP TABLE switchyard_pbatches`,

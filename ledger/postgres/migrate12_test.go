@@ -122,8 +122,13 @@ func TestOpen_Migrate12(t *testing.T) {
 			SELECT id, run_attempt, run_worker, run_start, COALESCE(run_duration, 0), COALESCE(run_outcome, ''), COALESCE(run_class, ''),
 				COALESCE(run_error, ''), COALESCE(run_stack, '')
 			FROM ledger_tasks WHERE run_attempt IS NOT NULL ON CONFLICT DO NOTHING`,
+		`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, run_ev_actor
+			FROM ledger_tasks WHERE run_ev_seq IS NOT NULL`,
 		`ALTER TABLE ledger_tasks DROP COLUMN run_attempt, DROP COLUMN run_worker, DROP COLUMN run_start,
-			DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack`, // 0012, 0014
+			DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack,
+			DROP COLUMN run_ev_seq, DROP COLUMN run_ev_at, DROP COLUMN run_ev_from, DROP COLUMN run_ev_reason, DROP COLUMN run_ev_detail,
+			DROP COLUMN run_ev_actor`, // 0012, 0014
 		`DROP TRIGGER ledger_events_note ON ledger_events`, // 0014 made it a statement trigger
 		rowNoteFunc,
 		rowNoteTrigger,

@@ -83,7 +83,12 @@ func TestOpen_Migrate14(t *testing.T) {
 		`INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 			SELECT id, run_attempt, run_worker, run_start, run_duration, run_outcome, run_class, run_error, run_stack
 			FROM ledger_tasks WHERE run_outcome IS NOT NULL`,
-		`ALTER TABLE ledger_tasks DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack`,
+		`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, run_ev_actor
+			FROM ledger_tasks WHERE run_ev_seq IS NOT NULL`,
+		`ALTER TABLE ledger_tasks DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack,
+			DROP COLUMN run_ev_seq, DROP COLUMN run_ev_at, DROP COLUMN run_ev_from, DROP COLUMN run_ev_reason, DROP COLUMN run_ev_detail,
+			DROP COLUMN run_ev_actor`,
 		`DROP TRIGGER ledger_events_note ON ledger_events`,
 		rowNoteFunc,
 		rowNoteTrigger,
@@ -94,10 +99,10 @@ func TestOpen_Migrate14(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	var rows int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM ledger_attempts`).Scan(&rows); err != nil || rows != 2 {
+	var rows, starts int
+	if err := s.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM ledger_attempts), (SELECT count(*) FROM ledger_events WHERE to_state = 'running')`).Scan(&rows, &starts); err != nil || rows != 2 || starts != 3 {
 		s.Close()
-		t.Fatalf("version 13: %d attempt rows, %v; want 2 (the ended attempts)", rows, err)
+		t.Fatalf("version 13: %d attempt rows, %d start events, %v; want 2 (the ended attempts) and 3", rows, starts, err)
 	}
 	s.Close()
 

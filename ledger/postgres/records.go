@@ -98,9 +98,19 @@ const enqueuedEventSQL = `SELECT 1::bigint AS seq, created_at AS at, ''::text AS
 		'enqueued'::text AS reason, ''::text AS detail, ''::text AS actor
 	FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = $1 AND seq = 1)`
 
+// startEventSQL is the start event of the attempt the task row holds
+// ($1 is the task's ID): since migration 0014 BeginRun keeps it in the
+// task row (run_ev_*) and writes its row only when the next BeginRun
+// replaces it, so no row has its seq.
+const startEventSQL = `SELECT run_ev_seq AS seq, run_ev_at AS at, run_ev_from AS from_state, 'running'::text AS to_state,
+		run_ev_reason AS reason, run_ev_detail AS detail, run_ev_actor AS actor
+	FROM ledger_tasks WHERE id = $1 AND run_ev_seq IS NOT NULL`
+
 // Events implements front.Backend. An unknown task has no events.
 func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger.Event, error) {
 	rows, err := s.pool.Query(ctx, enqueuedEventSQL+`
+		UNION ALL
+		`+startEventSQL+`
 		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = $1
 		ORDER BY 1`, taskID)

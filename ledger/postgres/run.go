@@ -27,6 +27,16 @@ const (
 			run_class = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_class END,
 			run_error = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_error END,
 			run_stack = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_stack END`
+	// The start event the task row holds (run_ev_*), read by BeginRun
+	// before it replaces it.
+	prevEvCols  = `run_ev_seq AS pev_seq, run_ev_at AS pev_at, run_ev_from AS pev_from, run_ev_reason AS pev_reason, run_ev_detail AS pev_detail, run_ev_actor AS pev_actor`
+	tPrevEvCols = `t.run_ev_seq AS pev_seq, t.run_ev_at AS pev_at, t.run_ev_from AS pev_from, t.run_ev_reason AS pev_reason, t.run_ev_detail AS pev_detail, t.run_ev_actor AS pev_actor`
+	prevEv      = `pev_seq, pev_at, pev_from, pev_reason, pev_detail, pev_actor`
+	nxPrevEv    = `nx.pev_seq, nx.pev_at, nx.pev_from, nx.pev_reason, nx.pev_detail, nx.pev_actor`
+	// prevEventSQL writes the row of the start event the task row held
+	// (u is the task's update, which holds the new one).
+	prevEventSQL = `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, pev_seq, pev_at, pev_from, 'running', pev_reason, pev_detail, pev_actor FROM u WHERE pev_seq IS NOT NULL`
 	// prevAttemptSQL writes the row of the task's previous attempt, with
 	// its end when it had one, when the run begins another number (u is
 	// the task's update). An attempt that has its row already keeps it.
@@ -39,8 +49,13 @@ const (
 // beginRunSQL is BeginRun in one statement: lock the row, decide the run
 // (store.NextRun's rules, with the lease compared by the database's
 // clock, so that workers on machines whose clocks differ agree), move it
-// to running with its new lease, append the event and record the
-// attempt's start.
+// to running with its new lease, record the event and the attempt's
+// start.
+//
+// The event (attempt started, or lease expired) is kept in the task row
+// (run_ev_*; migration 0014), where Events and ReadStream read it
+// (startEventSQL): no ledger_events row. The previous one the task row
+// held is written as its row now, before the task row forgets it.
 //
 // The attempt is recorded in the task row (run_attempt, run_worker,
 // run_start; migration 0012), and so is its end when EndRun moves the
@@ -57,10 +72,10 @@ const (
 // (the store's clock, for updated_at and the event), $5 worker, $6 start.
 const beginRunSQL = `WITH cur AS (
 		SELECT id, state AS old_state, attempt AS old_attempt, lease_until AS old_lease,
-			run_attempt AS prev_attempt, run_worker AS prev_worker, run_start AS prev_start, ` + prevEndCols + `
+			run_attempt AS prev_attempt, run_worker AS prev_worker, run_start AS prev_start, ` + prevEndCols + `, ` + prevEvCols + `
 		FROM ledger_tasks WHERE id = $1 FOR UPDATE),
 	nx AS (
-		SELECT id, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `,
+		SELECT id, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 			CASE WHEN old_state = 'queued' THEN GREATEST($2::integer, old_attempt, 1)
 				WHEN old_state = 'running' AND old_lease IS NULL THEN $2::integer
 				ELSE GREATEST($2::integer, old_attempt + 1) END AS n,
@@ -75,12 +90,13 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
 			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
 			updated_at = $4, event_seq = t.event_seq + 1,
-			run_attempt = nx.n, run_worker = $5, run_start = $6, ` + runEndKept + `
+			run_attempt = nx.n, run_worker = $5, run_start = $6, ` + runEndKept + `,
+			run_ev_seq = t.event_seq + 1, run_ev_at = $4, run_ev_from = nx.old_state, run_ev_reason = nx.reason,
+			run_ev_detail = nx.detail, run_ev_actor = $5
 		FROM nx WHERE t.id = nx.id
-		RETURNING nx.old_state, nx.reason, nx.detail, nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, t.event_seq, ` + tTaskCols + `),
+		RETURNING nx.old_state, nx.reason, nx.detail, nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, ` + nxPrevEv + `, t.event_seq, ` + tTaskCols + `),
 	ev AS (
-		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-		SELECT id, event_seq, $4, old_state, 'running', reason, detail, $5 FROM u),
+		` + prevEventSQL + `),
 	prev AS (
 		` + prevAttemptSQL + `
 		ON CONFLICT (task_id, number) DO NOTHING),
@@ -100,10 +116,10 @@ var beginRunKind = &batchKind{
 		cur AS (
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
 				t.state AS old_state, t.attempt AS old_attempt, t.lease_until AS old_lease,
-				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start, ` + tPrevEndCols + `
+				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start, ` + tPrevEndCols + `, ` + tPrevEvCols + `
 			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id FOR UPDATE OF t),
 		nx AS (
-			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `,
+			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 				CASE WHEN old_state = 'queued' THEN GREATEST(delivered, old_attempt, 1)
 					WHEN old_state = 'running' AND old_lease IS NULL THEN delivered
 					ELSE GREATEST(delivered, old_attempt + 1) END AS n,
@@ -118,13 +134,14 @@ var beginRunKind = &batchKind{
 			UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
 				lease_until = clock_timestamp() + nx.lease_us * interval '1 microsecond',
 				updated_at = nx.at, event_seq = t.event_seq + 1,
-				run_attempt = nx.n, run_worker = nx.worker, run_start = nx.start, ` + runEndKept + `
+				run_attempt = nx.n, run_worker = nx.worker, run_start = nx.start, ` + runEndKept + `,
+				run_ev_seq = t.event_seq + 1, run_ev_at = nx.at, run_ev_from = nx.old_state, run_ev_reason = nx.reason,
+				run_ev_detail = nx.detail, run_ev_actor = nx.worker
 			FROM nx WHERE t.id = nx.id
 			RETURNING nx.ord, nx.at AS ev_at, nx.worker AS ev_worker, nx.start AS ev_start, nx.old_state, nx.reason, nx.detail,
-				nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, t.event_seq, ` + tTaskCols + `),
+				nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, ` + nxPrevEv + `, t.event_seq, ` + tTaskCols + `),
 		ev AS (
-			INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-			SELECT id, event_seq, ev_at, old_state, 'running', reason, detail, ev_worker FROM u),
+			` + prevEventSQL + `),
 		prev AS (
 			` + prevAttemptSQL + `
 			ON CONFLICT (task_id, number) DO NOTHING),

@@ -1,4 +1,4 @@
--- 0014: a task's hot path writes one row fewer, and the notify trigger runs
+-- 0014: a task's hot path writes two rows fewer, and the notify trigger runs
 -- once per statement (issue 15, sixth pass).
 --
 -- The attempt a task ran last is recorded in the task row, start and end:
@@ -14,6 +14,14 @@
 -- row, and one still running gets its end here like any other.
 ALTER TABLE ledger_tasks ADD COLUMN run_duration bigint, ADD COLUMN run_outcome text, ADD COLUMN run_class text,
 	ADD COLUMN run_error text, ADD COLUMN run_stack text;
+
+-- Likewise the event of the attempt's start (to_state 'running'): its
+-- seq, time, from-state, reason, detail and actor stay in the task row
+-- (run_ev_*) instead of a ledger_events row; Events and ReadStream read it
+-- from there, and its row is written when the next BeginRun replaces it.
+-- Tasks from before have NULL here and their events are all rows.
+ALTER TABLE ledger_tasks ADD COLUMN run_ev_seq bigint, ADD COLUMN run_ev_at timestamptz, ADD COLUMN run_ev_from text,
+	ADD COLUMN run_ev_reason text, ADD COLUMN run_ev_detail text, ADD COLUMN run_ev_actor text;
 
 -- The notify trigger of 0006/0010 called its PL/pgSQL function once per
 -- event that notifies; it now runs once per statement that inserts events,
