@@ -54,8 +54,11 @@
 //     task is read by (tenant, key), else by ID. The "enqueued" event
 //     (seq 1) is not a row: Events derives it from the task (schema 12).
 //   - BeginRun: one statement locks the row, moves it to running with its
-//     lease, appends the event and keeps the attempt's start in the task
-//     row; EndRun writes the attempt's one row and the move. A task's
+//     lease and keeps the attempt's start and its event in the task row;
+//     EndRun makes the move and keeps the attempt's end there too (schema
+//     14: the attempt's row and its start event's row are written when the
+//     next attempt begins; the attempt's at once when it has a row or the
+//     move is refused). A task's
 //     updates touch no indexed column (fillfactor 70), so they can be HOT.
 //   - Transition: the row is locked only if its state is one of the legal
 //     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,

@@ -15,6 +15,27 @@ import (
 var migrate12States = []ledger.State{ledger.Queued, ledger.Running, ledger.RetryWait, ledger.Completed,
 	ledger.Failed, ledger.Dead, ledger.AwaitingReview, ledger.Rejected, ledger.Cancelled, ledger.AwaitingEvent}
 
+// rowNoteFunc and rowNoteTrigger put the notify trigger back as
+// migrations 0006 and 0010 left it (a PL/pgSQL call per event that
+// notifies), for tests that take a schema back to a version before 0014.
+const (
+	rowNoteFunc = `CREATE OR REPLACE FUNCTION ledger_events_note() RETURNS trigger AS $$
+BEGIN
+	IF NEW.to_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
+			AND NEW.to_state IS DISTINCT FROM NEW.from_state THEN
+		PERFORM pg_notify('sy_' || left(md5(TG_TABLE_SCHEMA), 16),
+			'state|' || NEW.to_state || '|' || octet_length(NEW.task_id) || '|' || NEW.task_id);
+	END IF;
+	RETURN NULL;
+END;
+$$ LANGUAGE plpgsql`
+	rowNoteTrigger = `CREATE TRIGGER ledger_events_note AFTER INSERT ON ledger_events
+	FOR EACH ROW
+	WHEN (NEW.to_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
+		AND NEW.to_state IS DISTINCT FROM NEW.from_state)
+	EXECUTE FUNCTION ledger_events_note()`
+)
+
 // TestOpen_Migrate12: a schema at version 11 (the state index, the
 // events' foreign key, an "enqueued" event row per task, an attempt row
 // per attempt started) with tasks in every state is upgraded
@@ -97,9 +118,20 @@ func TestOpen_Migrate12(t *testing.T) {
 	// state index, the foreign key of the events, an "enqueued" row for
 	// every task, and a row for every attempt started.
 	for _, q := range []string{
-		`INSERT INTO ledger_attempts (task_id, number, worker, start_at)
-			SELECT id, run_attempt, run_worker, run_start FROM ledger_tasks WHERE run_attempt IS NOT NULL ON CONFLICT DO NOTHING`,
-		`ALTER TABLE ledger_tasks DROP COLUMN run_attempt, DROP COLUMN run_worker, DROP COLUMN run_start`,
+		`INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+			SELECT id, run_attempt, run_worker, run_start, COALESCE(run_duration, 0), COALESCE(run_outcome, ''), COALESCE(run_class, ''),
+				COALESCE(run_error, ''), COALESCE(run_stack, '')
+			FROM ledger_tasks WHERE run_attempt IS NOT NULL ON CONFLICT DO NOTHING`,
+		`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, run_ev_actor
+			FROM ledger_tasks WHERE run_ev_seq IS NOT NULL`,
+		`ALTER TABLE ledger_tasks DROP COLUMN run_attempt, DROP COLUMN run_worker, DROP COLUMN run_start,
+			DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack,
+			DROP COLUMN run_ev_seq, DROP COLUMN run_ev_at, DROP COLUMN run_ev_from, DROP COLUMN run_ev_reason, DROP COLUMN run_ev_detail,
+			DROP COLUMN run_ev_actor`, // 0012, 0014
+		`DROP TRIGGER ledger_events_note ON ledger_events`, // 0014 made it a statement trigger
+		rowNoteFunc,
+		rowNoteTrigger,
 		`ALTER TABLE ledger_events ADD CONSTRAINT ledger_events_task_id_fkey FOREIGN KEY (task_id) REFERENCES ledger_tasks (id) ON DELETE CASCADE`,
 		`DROP INDEX ledger_tasks_created`,
 		`CREATE INDEX ledger_tasks_state_updated ON ledger_tasks (state, updated_at)`,
@@ -109,7 +141,7 @@ func TestOpen_Migrate12(t *testing.T) {
 		`DROP TABLE switchyard_pbatch_leases`,
 		`DROP TABLE switchyard_pbatches`,
 		`DROP TABLE switchyard_pbatch_items`,
-		`DELETE FROM ledger_schema_version WHERE version >= 12`,
+		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012, 0013, 0014 are applied again
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
 			s.Close()
@@ -123,8 +155,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
-		t.Fatalf("schema version after the migration %d %v, want 13", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
+		t.Fatalf("schema version after the migration %d %v, want 14", v, err)
 	}
 	var idx []string
 	rows, err := s.Pool().Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ledger_tasks' ORDER BY 1`, schema)

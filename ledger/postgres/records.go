@@ -13,7 +13,13 @@ import (
 // StartAttempt implements front.Backend. Starting an attempt number that
 // is already recorded updates its worker and start time.
 func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES ($1, $2, $3, $4)
+	// The attempt's row takes the end the task row may hold for it
+	// (migration 0014), as an existing row keeps its own.
+	_, err := s.pool.Exec(ctx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+		SELECT $1::text, $2::integer, $3::text, $4::timestamptz, COALESCE(r.d, 0), COALESCE(r.o, ''), COALESCE(r.c, ''), COALESCE(r.e, ''), COALESCE(r.st, '')
+		FROM (SELECT 1) one LEFT JOIN (
+			SELECT run_duration AS d, run_outcome AS o, run_class AS c, run_error AS e, run_stack AS st
+			FROM ledger_tasks WHERE id = $1::text AND run_attempt = $2::integer) r ON true
 		ON CONFLICT (task_id, number) DO UPDATE SET worker = EXCLUDED.worker, start_at = EXCLUDED.start_at`,
 		a.TaskID, a.Number, a.Worker, a.Start)
 	if isFK(err) {
@@ -26,16 +32,23 @@ func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) 
 // FinishAttempt, and EndRun's statements (run.go). An empty worker and a
 // NULL start keep what is recorded: the attempt's row, or, before it has
 // one, its start in the task row (beginRunSQL).
-const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+const finishAttemptSQL = finishAttemptSelect + `
+		` + finishAttemptConflict
+
+// finishAttemptSelect and finishAttemptConflict are finishAttemptSQL's
+// two halves, for EndRun's statement to put its condition between.
+const (
+	finishAttemptSelect = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 		SELECT $1::text, $2::integer, CASE WHEN $3::text <> '' THEN $3::text ELSE COALESCE(r.w, '') END,
 			COALESCE($4::timestamptz, r.s), $5::bigint, $6::text, $7::text, $8::text, $9::text
 		FROM (SELECT 1) one LEFT JOIN (
-			SELECT run_worker AS w, run_start AS s FROM ledger_tasks WHERE id = $1::text AND run_attempt = $2::integer) r ON true
-		ON CONFLICT (task_id, number) DO UPDATE SET
+			SELECT run_worker AS w, run_start AS s FROM ledger_tasks WHERE id = $1::text AND run_attempt = $2::integer) r ON true`
+	finishAttemptConflict = `ON CONFLICT (task_id, number) DO UPDATE SET
 			worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
 			start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
 			duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
 			error = EXCLUDED.error, stack = EXCLUDED.stack`
+)
 
 // FinishAttempt implements front.Backend. Empty Worker and zero Start keep
 // what StartAttempt recorded.
@@ -50,12 +63,13 @@ func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt)
 
 // Attempts implements front.Backend. An unknown task has no attempts.
 func (s backend) Attempts(ctx context.Context, op string, taskID string) ([]ledger.Attempt, error) {
-	// A running attempt without its row yet is in the task row
-	// (beginRunSQL).
+	// The attempt the task row holds, when it has no row yet, is read
+	// from there (beginRunSQL, endRunSQL): its end is NULL while it runs.
 	rows, err := s.pool.Query(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
 			FROM ledger_attempts WHERE task_id = $1
 		UNION ALL
-		SELECT run_attempt, run_worker, run_start, 0::bigint, '', '', '', '' FROM ledger_tasks t
+		SELECT run_attempt, run_worker, run_start, COALESCE(run_duration, 0), COALESCE(run_outcome, ''), COALESCE(run_class, ''),
+			COALESCE(run_error, ''), COALESCE(run_stack, '') FROM ledger_tasks t
 			WHERE id = $1 AND run_attempt IS NOT NULL
 				AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = $1 AND a.number = t.run_attempt)
 		ORDER BY 1`, taskID)
@@ -84,9 +98,19 @@ const enqueuedEventSQL = `SELECT 1::bigint AS seq, created_at AS at, ''::text AS
 		'enqueued'::text AS reason, ''::text AS detail, ''::text AS actor
 	FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = $1 AND seq = 1)`
 
+// startEventSQL is the start event of the attempt the task row holds
+// ($1 is the task's ID): since migration 0014 BeginRun keeps it in the
+// task row (run_ev_*) and writes its row only when the next BeginRun
+// replaces it, so no row has its seq.
+const startEventSQL = `SELECT run_ev_seq AS seq, run_ev_at AS at, run_ev_from AS from_state, 'running'::text AS to_state,
+		run_ev_reason AS reason, run_ev_detail AS detail, run_ev_actor AS actor
+	FROM ledger_tasks WHERE id = $1 AND run_ev_seq IS NOT NULL`
+
 // Events implements front.Backend. An unknown task has no events.
 func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger.Event, error) {
 	rows, err := s.pool.Query(ctx, enqueuedEventSQL+`
+		UNION ALL
+		`+startEventSQL+`
 		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = $1
 		ORDER BY 1`, taskID)

@@ -12,29 +12,70 @@ import (
 	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
+// The end of the attempt the task row holds (migration 0014; NULL while
+// it runs), read by BeginRun before it begins the next.
+const (
+	prevEndCols  = `run_duration AS prev_duration, run_outcome AS prev_outcome, run_class AS prev_class, run_error AS prev_error, run_stack AS prev_stack`
+	tPrevEndCols = `t.run_duration AS prev_duration, t.run_outcome AS prev_outcome, t.run_class AS prev_class, t.run_error AS prev_error, t.run_stack AS prev_stack`
+	prevEnd      = `prev_duration, prev_outcome, prev_class, prev_error, prev_stack`
+	nxPrevEnd    = `nx.prev_duration, nx.prev_outcome, nx.prev_class, nx.prev_error, nx.prev_stack`
+	// runEndKept: a run of the attempt number the task row holds keeps
+	// its recorded end, as its row would (a snooze or a return spends no
+	// number); a new number has none yet.
+	runEndKept = `run_duration = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_duration END,
+			run_outcome = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_outcome END,
+			run_class = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_class END,
+			run_error = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_error END,
+			run_stack = CASE WHEN nx.n = nx.prev_attempt THEN nx.prev_stack END`
+	// The start event the task row holds (run_ev_*), read by BeginRun
+	// before it replaces it.
+	prevEvCols  = `run_ev_seq AS pev_seq, run_ev_at AS pev_at, run_ev_from AS pev_from, run_ev_reason AS pev_reason, run_ev_detail AS pev_detail, run_ev_actor AS pev_actor`
+	tPrevEvCols = `t.run_ev_seq AS pev_seq, t.run_ev_at AS pev_at, t.run_ev_from AS pev_from, t.run_ev_reason AS pev_reason, t.run_ev_detail AS pev_detail, t.run_ev_actor AS pev_actor`
+	prevEv      = `pev_seq, pev_at, pev_from, pev_reason, pev_detail, pev_actor`
+	nxPrevEv    = `nx.pev_seq, nx.pev_at, nx.pev_from, nx.pev_reason, nx.pev_detail, nx.pev_actor`
+	// prevEventSQL writes the row of the start event the task row held
+	// (u is the task's update, which holds the new one).
+	prevEventSQL = `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, pev_seq, pev_at, pev_from, 'running', pev_reason, pev_detail, pev_actor FROM u WHERE pev_seq IS NOT NULL`
+	// prevAttemptSQL writes the row of the task's previous attempt, with
+	// its end when it had one, when the run begins another number (u is
+	// the task's update). An attempt that has its row already keeps it.
+	prevAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+		SELECT id, prev_attempt, prev_worker, prev_start, COALESCE(prev_duration, 0), COALESCE(prev_outcome, ''),
+			COALESCE(prev_class, ''), COALESCE(prev_error, ''), COALESCE(prev_stack, '')
+		FROM u WHERE prev_attempt IS NOT NULL AND prev_attempt <> attempt`
+)
+
 // beginRunSQL is BeginRun in one statement: lock the row, decide the run
 // (store.NextRun's rules, with the lease compared by the database's
 // clock, so that workers on machines whose clocks differ agree), move it
-// to running with its new lease, append the event and record the
-// attempt's start.
+// to running with its new lease, record the event and the attempt's
+// start.
 //
-// The start of an attempt is recorded in the task row (run_attempt,
-// run_worker, run_start; migration 0012), not as a ledger_attempts row:
-// EndRun writes the attempt's one row when it ends, and Attempts shows the
-// running one from the task. An attempt number that already has a row (a
-// snooze or a return spends none) gets the new worker and start there
-// too, as before. When the task's previous run never got its row (its
-// holder died, or it was moved without EndRun), that row is written now,
-// before the task row forgets it.
+// The event (attempt started, or lease expired) is kept in the task row
+// (run_ev_*; migration 0014), where Events and ReadStream read it
+// (startEventSQL): no ledger_events row. The previous one the task row
+// held is written as its row now, before the task row forgets it.
+//
+// The attempt is recorded in the task row (run_attempt, run_worker,
+// run_start; migration 0012), and so is its end when EndRun moves the
+// task (run_duration … run_stack; migration 0014), not as a
+// ledger_attempts row; Attempts shows it from the task. An attempt number
+// that already has a row (a snooze or a return spends none) gets the new
+// worker and start there too, as before; the same number with no row
+// keeps the end the task row holds, as its row would. When the run begins
+// another number, the previous attempt's row, with its end if it had one,
+// is written now, before the task row forgets it (unless it has its row
+// already).
 //
 // $1 id, $2 the delivery's attempt, $3 the lease in microseconds, $4 now
 // (the store's clock, for updated_at and the event), $5 worker, $6 start.
 const beginRunSQL = `WITH cur AS (
 		SELECT id, state AS old_state, attempt AS old_attempt, lease_until AS old_lease,
-			run_attempt AS prev_attempt, run_worker AS prev_worker, run_start AS prev_start
+			run_attempt AS prev_attempt, run_worker AS prev_worker, run_start AS prev_start, ` + prevEndCols + `, ` + prevEvCols + `
 		FROM ledger_tasks WHERE id = $1 FOR UPDATE),
 	nx AS (
-		SELECT id, old_state, prev_attempt, prev_worker, prev_start,
+		SELECT id, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 			CASE WHEN old_state = 'queued' THEN GREATEST($2::integer, old_attempt, 1)
 				WHEN old_state = 'running' AND old_lease IS NULL THEN $2::integer
 				ELSE GREATEST($2::integer, old_attempt + 1) END AS n,
@@ -49,15 +90,15 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
 			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
 			updated_at = $4, event_seq = t.event_seq + 1,
-			run_attempt = nx.n, run_worker = $5, run_start = $6
+			run_attempt = nx.n, run_worker = $5, run_start = $6, ` + runEndKept + `,
+			run_ev_seq = t.event_seq + 1, run_ev_at = $4, run_ev_from = nx.old_state, run_ev_reason = nx.reason,
+			run_ev_detail = nx.detail, run_ev_actor = $5
 		FROM nx WHERE t.id = nx.id
-		RETURNING nx.old_state, nx.reason, nx.detail, nx.prev_attempt, nx.prev_worker, nx.prev_start, t.event_seq, ` + tTaskCols + `),
+		RETURNING nx.old_state, nx.reason, nx.detail, nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, ` + nxPrevEv + `, t.event_seq, ` + tTaskCols + `),
 	ev AS (
-		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-		SELECT id, event_seq, $4, old_state, 'running', reason, detail, $5 FROM u),
+		` + prevEventSQL + `),
 	prev AS (
-		INSERT INTO ledger_attempts (task_id, number, worker, start_at)
-		SELECT id, prev_attempt, prev_worker, prev_start FROM u WHERE prev_attempt IS NOT NULL AND prev_attempt <> attempt
+		` + prevAttemptSQL + `
 		ON CONFLICT (task_id, number) DO NOTHING),
 	att AS (
 		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
@@ -75,10 +116,10 @@ var beginRunKind = &batchKind{
 		cur AS (
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
 				t.state AS old_state, t.attempt AS old_attempt, t.lease_until AS old_lease,
-				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start
+				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start, ` + tPrevEndCols + `, ` + tPrevEvCols + `
 			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id FOR UPDATE OF t),
 		nx AS (
-			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start,
+			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 				CASE WHEN old_state = 'queued' THEN GREATEST(delivered, old_attempt, 1)
 					WHEN old_state = 'running' AND old_lease IS NULL THEN delivered
 					ELSE GREATEST(delivered, old_attempt + 1) END AS n,
@@ -93,16 +134,16 @@ var beginRunKind = &batchKind{
 			UPDATE ledger_tasks t SET state = 'running', attempt = nx.n,
 				lease_until = clock_timestamp() + nx.lease_us * interval '1 microsecond',
 				updated_at = nx.at, event_seq = t.event_seq + 1,
-				run_attempt = nx.n, run_worker = nx.worker, run_start = nx.start
+				run_attempt = nx.n, run_worker = nx.worker, run_start = nx.start, ` + runEndKept + `,
+				run_ev_seq = t.event_seq + 1, run_ev_at = nx.at, run_ev_from = nx.old_state, run_ev_reason = nx.reason,
+				run_ev_detail = nx.detail, run_ev_actor = nx.worker
 			FROM nx WHERE t.id = nx.id
 			RETURNING nx.ord, nx.at AS ev_at, nx.worker AS ev_worker, nx.start AS ev_start, nx.old_state, nx.reason, nx.detail,
-				nx.prev_attempt, nx.prev_worker, nx.prev_start, t.event_seq, ` + tTaskCols + `),
+				nx.prev_attempt, nx.prev_worker, nx.prev_start, ` + nxPrevEnd + `, ` + nxPrevEv + `, t.event_seq, ` + tTaskCols + `),
 		ev AS (
-			INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-			SELECT id, event_seq, ev_at, old_state, 'running', reason, detail, ev_worker FROM u),
+			` + prevEventSQL + `),
 		prev AS (
-			INSERT INTO ledger_attempts (task_id, number, worker, start_at)
-			SELECT id, prev_attempt, prev_worker, prev_start FROM u WHERE prev_attempt IS NOT NULL AND prev_attempt <> attempt
+			` + prevAttemptSQL + `
 			ON CONFLICT (task_id, number) DO NOTHING),
 		att AS (
 			UPDATE ledger_attempts a SET worker = u.ev_worker, start_at = u.ev_start FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
@@ -142,15 +183,59 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 	return nil, classify(op, fmt.Errorf("task %s: state kept changing under the run", req.ID), true)
 }
 
-// attemptUpsert is finishAttemptSQL with its parameters from $14, to
-// follow transitionSQL's in one statement.
-var attemptUpsert = strings.NewReplacer("$1", "$14", "$2", "$15", "$3", "$16", "$4", "$17", "$5", "$18",
-	"$6", "$19", "$7", "$20", "$8", "$21", "$9", "$22").Replace(finishAttemptSQL)
+// runEndHere decides, in EndRun's statements, where the attempt's end
+// goes (migration 0014): into the task row when it is the attempt the row
+// holds (run_attempt) and that attempt has no ledger_attempts row (which
+// would hold its record), else into its row. $t and $n are the task's ID
+// and the attempt's number; the task is ledger_tasks's current row.
+func runEndHere(t, n string) string {
+	return `(run_attempt = ` + n + `) IS TRUE AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = ` + t + ` AND x.number = ` + n + `)`
+}
 
-// endRunSQL records the attempt and applies the transition
-// (transitionSQL) in one statement: every data-modifying CTE runs, so the
-// attempt is recorded even when the move is refused.
-var endRunSQL = `WITH a AS (` + attemptUpsert + `), ` + strings.TrimPrefix(transitionSQL, "WITH ")
+// runEndSet is the task row's update that records the attempt's end when
+// cur.here (runEndHere): worker, start, duration, outcome, class, error,
+// stack, kept as finishAttemptSQL keeps them (an empty worker and a NULL
+// start keep what is recorded).
+func runEndSet(worker, start, dur, outcome, class, errText, stack string) string {
+	return `run_worker = CASE WHEN cur.here AND ` + worker + ` <> '' THEN ` + worker + ` ELSE t.run_worker END,
+			run_start = CASE WHEN cur.here THEN COALESCE(` + start + `, t.run_start) ELSE t.run_start END,
+			run_duration = CASE WHEN cur.here THEN ` + dur + ` ELSE t.run_duration END,
+			run_outcome = CASE WHEN cur.here THEN ` + outcome + ` ELSE t.run_outcome END,
+			run_class = CASE WHEN cur.here THEN ` + class + ` ELSE t.run_class END,
+			run_error = CASE WHEN cur.here THEN ` + errText + ` ELSE t.run_error END,
+			run_stack = CASE WHEN cur.here THEN ` + stack + ` ELSE t.run_stack END`
+}
+
+// attemptShift numbers finishAttemptSQL's parameters from $14, to follow
+// transitionSQL's in one statement.
+var attemptShift = strings.NewReplacer("$1", "$14", "$2", "$15", "$3", "$16", "$4", "$17", "$5", "$18",
+	"$6", "$19", "$7", "$20", "$8", "$21", "$9", "$22").Replace
+
+// endRunSQL applies the transition (transitionSQL, $1–$13) and records
+// the attempt ($14–$22, finishAttemptSQL's) in one statement: in the task
+// row when the move is made and the row holds the attempt (runEndHere),
+// else as its ledger_attempts row — also when the move is refused (every
+// data-modifying CTE runs).
+var endRunSQL = `WITH cur AS (
+		SELECT id, state AS old_state, ` + runEndHere("$1", "$15::integer") + ` AS here FROM ledger_tasks
+		WHERE id = $1 AND state = ANY($9::text[]) AND ($13::integer <= 0 OR attempt < $13::integer) FOR UPDATE),
+	u AS (
+		UPDATE ledger_tasks t SET state = $2, updated_at = $3, event_seq = t.event_seq + 1,
+			attempt = CASE WHEN $4::integer > 0 THEN $4::integer ELSE t.attempt END,
+			result = CASE WHEN $5::boolean THEN $6::bytea ELSE t.result END,
+			last_error = COALESCE($7::text, t.last_error),
+			run_at = COALESCE($8::timestamptz, t.run_at),
+			lease_until = CASE WHEN $2 = 'running' THEN t.lease_until ELSE NULL END,
+			` + runEndSet("$16::text", "$17::timestamptz", "$18::bigint", "$19::text", "$20::text", "$21::text", "$22::text") + `
+		FROM cur WHERE t.id = cur.id
+		RETURNING cur.here, cur.old_state, t.event_seq, ` + tTaskCols + `),
+	a AS (` + attemptShift(finishAttemptSelect) + `
+		WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.here)
+		` + finishAttemptConflict + `),
+	ev AS (
+		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, event_seq, $3, old_state, $2, $10, $11, $12 FROM u)
+	SELECT ` + taskCols + ` FROM u`
 
 // endRunLeaseSQL records the attempt and gives its lease up: it ends now
 // (not NULL, which marks a run from before leases), so the next delivery
@@ -159,10 +244,9 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 	UPDATE ledger_tasks SET lease_until = clock_timestamp() WHERE id = $1 AND state = 'running' AND attempt = $2`
 
 // endRunKind is EndRun's write with a transition; in a group, all of
-// them are one statement (batch.go): the attempts' upsert
-// (finishAttemptSQL) and the transitions (transitionSQL) over the
-// unnested arguments, the task rows locked in ID order. The states a
-// write may move from ($9, an array in the single statement) go in as a
+// them are one statement (batch.go): endRunSQL over the unnested
+// arguments, the task rows locked in ID order. The states a write may
+// move from ($9, an array in the single statement) go in as a
 // comma-separated list.
 var endRunKind = &batchKind{
 	name:   "end run",
@@ -173,20 +257,10 @@ var endRunKind = &batchKind{
 				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
 				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
 					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),
-		a AS (
-			INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
-			SELECT v.a_task, v.a_number, CASE WHEN v.a_worker <> '' THEN v.a_worker ELSE COALESCE(r.run_worker, '') END,
-				COALESCE(v.a_start, r.run_start), v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack
-			FROM v LEFT JOIN ledger_tasks r ON r.id = v.a_task AND r.run_attempt = v.a_number
-			ORDER BY v.a_task
-			ON CONFLICT (task_id, number) DO UPDATE SET
-				worker = CASE WHEN EXCLUDED.worker <> '' THEN EXCLUDED.worker ELSE ledger_attempts.worker END,
-				start_at = COALESCE(EXCLUDED.start_at, ledger_attempts.start_at),
-				duration_ns = EXCLUDED.duration_ns, outcome = EXCLUDED.outcome, class = EXCLUDED.class,
-				error = EXCLUDED.error, stack = EXCLUDED.stack),
 		cur AS (
 			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,
-				v.reason, v.detail, v.actor
+				v.reason, v.detail, v.actor, v.a_worker, v.a_start, v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack,
+				` + runEndHere("v.a_task", "v.a_number") + ` AS here
 			FROM v JOIN ledger_tasks t ON t.id = v.id
 			WHERE t.state = ANY(string_to_array(v.from_states, ',')) AND (v.below <= 0 OR t.attempt < v.below)
 			ORDER BY t.id FOR UPDATE OF t),
@@ -196,9 +270,18 @@ var endRunKind = &batchKind{
 				result = CASE WHEN cur.set_result THEN cur.result ELSE t.result END,
 				last_error = COALESCE(cur.last_error, t.last_error),
 				run_at = COALESCE(cur.run_at, t.run_at),
-				lease_until = CASE WHEN cur.to_state = 'running' THEN t.lease_until ELSE NULL END
+				lease_until = CASE WHEN cur.to_state = 'running' THEN t.lease_until ELSE NULL END,
+				` + runEndSet("cur.a_worker", "cur.a_start", "cur.a_duration", "cur.a_outcome", "cur.a_class", "cur.a_error", "cur.a_stack") + `
 			FROM cur WHERE t.id = cur.id
-			RETURNING cur.ord, cur.old_state, cur.to_state, cur.at AS ev_at, cur.reason, cur.detail, cur.actor, t.event_seq, ` + tTaskCols + `),
+			RETURNING cur.ord, cur.here, cur.old_state, cur.to_state, cur.at AS ev_at, cur.reason, cur.detail, cur.actor, t.event_seq, ` + tTaskCols + `),
+		a AS (
+			INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+			SELECT v.a_task, v.a_number, CASE WHEN v.a_worker <> '' THEN v.a_worker ELSE COALESCE(r.run_worker, '') END,
+				COALESCE(v.a_start, r.run_start), v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack
+			FROM v LEFT JOIN ledger_tasks r ON r.id = v.a_task AND r.run_attempt = v.a_number
+			WHERE v.ord NOT IN (SELECT ord FROM u WHERE here)
+			ORDER BY v.a_task
+			` + finishAttemptConflict + `),
 		ev AS (
 			INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
 			SELECT id, event_seq, ev_at, old_state, to_state, reason, detail, actor FROM u)
