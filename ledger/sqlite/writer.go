@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -73,6 +74,12 @@ func (s *Store) writeLoop() {
 			return
 		}
 		g := append(s.wr.group[:0], first)
+		// Let the goroutines that are ready to run (the callers the last
+		// group just answered, most of them about to send their next
+		// write) run first, so that their writes join this group instead
+		// of each waiting for a commit of its own: one pass of the run
+		// queue, no timer, nothing when nobody else is runnable.
+		runtime.Gosched()
 	gather:
 		for len(g) < maxGroup {
 			select {
@@ -131,18 +138,18 @@ func (s *Store) runGroup(g []*writeReq) {
 	// transaction failed (the group was answered).
 	alone := func(r *writeReq) bool {
 		i := idx[r]
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
 			s.failGroup(tx, live, err)
 			return false
 		}
 		errs[i] = call(ctx, tx, r.fn)
 		if errs[i] != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
 				s.failGroup(tx, live, err)
 				return false
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
 			s.failGroup(tx, live, err)
 			return false
 		}
@@ -158,7 +165,7 @@ func (s *Store) runGroup(g []*writeReq) {
 		// A grouped statement runs in its own savepoint: an error in it
 		// (not a write's own refusal) undoes it and splits it, every
 		// write then running alone.
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
 		}
@@ -167,12 +174,12 @@ func (s *Store) runGroup(g []*writeReq) {
 		}
 		berr := callBatch(ctx, s, tx, st.kind, st.reqs)
 		if berr != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
 				s.failGroup(tx, live, err)
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
 		}
