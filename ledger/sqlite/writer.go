@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -74,12 +73,6 @@ func (s *Store) writeLoop() {
 			return
 		}
 		g := append(s.wr.group[:0], first)
-		// Let the goroutines that are ready to run (the callers the last
-		// group just answered, most of them about to send their next
-		// write) run first, so that their writes join this group instead
-		// of each waiting for a commit of its own: one pass of the run
-		// queue, no timer, nothing when nobody else is runnable.
-		runtime.Gosched()
 	gather:
 		for len(g) < maxGroup {
 			select {
