@@ -203,12 +203,14 @@ func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m *multiSQL, args []an
 	return total, nil
 }
 
-var tasksByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+var tasksByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start FROM ledger_tasks WHERE id IN (`, `?`, `)`)
 
-// current is a task as a grouped write read it, with its event sequence.
+// current is a task as a grouped write read it, with its event sequence
+// and the run it holds.
 type current struct {
 	t   *ledger.Task
 	seq int64
+	run prevRun
 }
 
 // tasksByID reads the tasks of ids (distinct) that exist.
@@ -221,13 +223,13 @@ func (s *Store) tasksByID(ctx context.Context, tx *sql.Tx, ids []any) (map[strin
 			return nil, err
 		}
 		for rows.Next() {
-			var seq int64
-			t, err := scanTaskExtra(rows, &seq)
+			var c current
+			c.t, err = scanTaskExtra(rows, &c.seq, &c.run.attempt, &c.run.worker, &c.run.start)
 			if err != nil {
 				rows.Close()
 				return nil, err
 			}
-			out[t.ID] = current{t, seq}
+			out[c.t.ID] = c
 		}
 		if err := rows.Close(); err != nil {
 			return nil, err
@@ -253,11 +255,18 @@ func errRowCount(what string, got int64, want int) error {
 // BeginRun's grouped statements.
 var (
 	beginRunKind   = &batchKind{name: "begin run", run: runBeginBatch}
-	beginUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_n, v_lease, v_at) AS (VALUES `, `(?, ?, ?, ?, ?, ?)`,
-		`) UPDATE ledger_tasks SET state = 'running', attempt = v_n, lease_until = v_lease, updated_at = v_at, event_seq = event_seq + 1
+	beginUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_n, v_lease, v_at, v_worker, v_start) AS (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?)`,
+		`) UPDATE ledger_tasks SET state = 'running', attempt = v_n, lease_until = v_lease, updated_at = v_at, event_seq = event_seq + 1,
+			run_attempt = v_n, run_worker = v_worker, run_start = v_start
 		FROM v WHERE id = v_id AND state = v_old AND event_seq = v_seq`)
-	beginAttemptSQL = newMulti(`INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES `, `(?, ?, ?, ?)`,
-		` ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`)
+	// beginAttemptSQL gives an attempt number that already has a row (a
+	// snooze or a return spends none) the new run's worker and start.
+	beginAttemptSQL = newMulti(`WITH v(v_id, v_n, v_worker, v_start) AS (VALUES `, `(?, ?, ?, ?)`,
+		`) UPDATE ledger_attempts SET worker = v_worker, start_at = v_start FROM v WHERE task_id = v_id AND number = v_n`)
+	// prevAttemptSQL writes the row of a held run that never got one,
+	// before the task row forgets it.
+	prevAttemptSQL = newMulti(`INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES `, `(?, ?, ?, ?)`,
+		` ON CONFLICT (task_id, number) DO NOTHING`)
 )
 
 // beginItem is one BeginRun.
@@ -281,7 +290,7 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 	}
 	now := s.opts.Now()
 	at := now.UnixNano()
-	var upd, ev, att []any
+	var upd, ev, att, prev []any
 	for _, r := range rs {
 		it := r.item.(*beginItem)
 		it.out, it.conflict = nil, nil
@@ -300,9 +309,12 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 			start = now
 		}
 		lease := now.Add(it.req.Lease).UnixNano()
-		upd = append(upd, it.req.ID, string(c.t.State), c.seq, n, lease, at)
+		upd = append(upd, it.req.ID, string(c.t.State), c.seq, n, lease, at, it.req.Worker, start.UnixNano())
 		ev = append(ev, it.req.ID, c.seq+1, at, string(c.t.State), string(ledger.Running), reason, detail, it.req.Worker)
 		att = append(att, it.req.ID, n, it.req.Worker, start.UnixNano())
+		if c.run.flush(n) {
+			prev = append(prev, it.req.ID, c.run.attempt.Int64, c.run.worker.String, c.run.start)
+		}
 		t := *c.t
 		t.State, t.Attempt, t.LeaseUntil, t.UpdatedAt = ledger.Running, n, time.Unix(0, lease), time.Unix(0, at)
 		it.out = &t
@@ -317,6 +329,9 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 		return errRowCount("begin run", got, want)
 	}
 	if _, err := s.execRows(ctx, tx, eventsSQL, ev); err != nil {
+		return err
+	}
+	if _, err := s.execRows(ctx, tx, prevAttemptSQL, prev); err != nil {
 		return err
 	}
 	_, err = s.execRows(ctx, tx, beginAttemptSQL, att)
@@ -371,7 +386,18 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 			r.err = store.NotFound(it.op, "task %s", a.TaskID)
 			continue
 		}
-		atts = append(atts, a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		// An empty worker and a zero start are the held run's, as
+		// finishAttemptSQL takes them alone.
+		worker, start := a.Worker, nanos(a.Start)
+		if w, st := c.run.of(a.Number); worker == "" || start == nil {
+			if worker == "" {
+				worker = w
+			}
+			if start == nil {
+				start = st
+			}
+		}
+		atts = append(atts, a.TaskID, a.Number, worker, start, int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if !slices.Contains(it.from, c.t.State) || !store.AttemptGuard(tr, c.t.Attempt) {
 			// The attempt is recorded; the move is refused.
 			it.out, it.conflict = c.t, store.Conflict(it.op, tr.ID, c.t.State, tr.To)

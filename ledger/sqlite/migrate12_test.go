@@ -80,8 +80,8 @@ func TestOpen_Migrate12(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if v, err := s.SchemaVersion(ctx); err != nil || v != 13 {
-			t.Fatalf("schema version %d %v, want 13", v, err)
+		if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
+			t.Fatalf("schema version %d %v, want 14", v, err)
 		}
 		out := map[string]snap{}
 		for _, id := range ids {
@@ -114,6 +114,12 @@ func TestOpen_Migrate12(t *testing.T) {
 	exec(`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason) SELECT id, 1, created_at, '', 'queued', 'enqueued' FROM ledger_tasks`)
 	for _, tbl := range []string{"switchyard_spend", "switchyard_pbatch_leases", "switchyard_pbatches", "switchyard_pbatch_items"} {
 		exec(`DROP TABLE ` + tbl) // 0013, applied again after 0012
+	}
+	// Before 0014 a run's start was its attempt's row.
+	exec(`INSERT INTO ledger_attempts (task_id, number, worker, start_at)
+		SELECT id, run_attempt, run_worker, run_start FROM ledger_tasks WHERE run_attempt IS NOT NULL ON CONFLICT DO NOTHING`)
+	for _, col := range []string{"run_attempt", "run_worker", "run_start"} {
+		exec(`ALTER TABLE ledger_tasks DROP COLUMN ` + col) // 0014, applied again
 	}
 	exec(`DELETE FROM ledger_schema_version WHERE version >= 12`)
 

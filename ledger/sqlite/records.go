@@ -23,11 +23,19 @@ func (s backend) StartAttempt(ctx context.Context, op string, a ledger.Attempt) 
 	})
 }
 
-// finishAttemptSQL records an attempt's outcome (FinishAttempt, EndRun).
-const finishAttemptSQL = finishAttemptHead + `(?, ?, ?, ?, ?, ?, ?, ?, ?)` + finishAttemptTail
+// finishAttemptSQL records an attempt's outcome (FinishAttempt, EndRun
+// alone): ?1 task … ?9 stack. An empty worker and a NULL start keep what
+// is recorded: the attempt's row, or, before it has one, its start in the
+// task row (BeginRun keeps a run's start there since migration 0014 and
+// writes no attempt row).
+const finishAttemptSQL = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
+		SELECT ?1, ?2, CASE WHEN ?3 <> '' THEN ?3 ELSE COALESCE(r.run_worker, '') END, COALESCE(?4, r.run_start), ?5, ?6, ?7, ?8, ?9
+		FROM (SELECT 1) one LEFT JOIN ledger_tasks r ON r.id = ?1 AND r.run_attempt = ?2
+		WHERE true` + finishAttemptTail
 
-// finishAttemptHead and finishAttemptTail surround finishAttemptSQL's
-// row (also a grouped statement's rows: batch.go).
+// finishAttemptHead and finishAttemptTail surround a grouped EndRun's
+// rows (batch.go), whose empty workers and NULL starts the group has
+// already taken from the task rows it read.
 const finishAttemptHead = `INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack) VALUES `
 
 const finishAttemptTail = `
@@ -51,8 +59,14 @@ func (s backend) FinishAttempt(ctx context.Context, op string, a ledger.Attempt)
 
 // Attempts implements front.Backend.
 func (s backend) Attempts(ctx context.Context, op, taskID string) ([]ledger.Attempt, error) {
+	// A running attempt without its row yet is in the task row (BeginRun).
 	rows, err := s.rQuery(ctx, `SELECT number, worker, start_at, duration_ns, outcome, class, error, stack
-		FROM ledger_attempts WHERE task_id = ? ORDER BY number`, taskID)
+			FROM ledger_attempts WHERE task_id = ?1
+		UNION ALL
+		SELECT run_attempt, COALESCE(run_worker, ''), run_start, 0, '', '', '', '' FROM ledger_tasks t
+			WHERE id = ?1 AND run_attempt IS NOT NULL
+				AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = ?1 AND a.number = t.run_attempt)
+		ORDER BY 1`, taskID)
 	if err != nil {
 		return nil, s.classify(op, err)
 	}

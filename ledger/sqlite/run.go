@@ -11,8 +11,17 @@ import (
 )
 
 // BeginRun implements front.Backend: the move to running, the lease, the
-// attempt record and the event in one write (group-committed with the
+// run's start and the event in one write (group-committed with the
 // writes of other tasks).
+//
+// The run's start is kept in the task row (run_attempt, run_worker,
+// run_start; migration 0014), not as a ledger_attempts row: EndRun writes
+// the attempt's one row when it ends, and Attempts shows the running one
+// from the task. An attempt number that already has a row (a snooze or a
+// return spends none) gets the new worker and start there too, as
+// before. When the task's previous run never got its row (its holder
+// died, or it was moved without EndRun), that row is written now, before
+// the task row forgets it.
 func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
 	// Alone, the statements below; in a group, with the other BeginRuns'
 	// (batch.go).
@@ -20,7 +29,9 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		out, conflict := &it.out, &it.conflict
 		*out, *conflict = nil, nil
-		cur, err := scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, req.ID))
+		var p prevRun
+		cur, err := scanTaskExtra(s.txQueryRow(ctx, tx, `SELECT `+taskCols+`, run_attempt, run_worker, run_start FROM ledger_tasks WHERE id = ?`, req.ID),
+			&p.attempt, &p.worker, &p.start)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.NotFound(op, "task %s", req.ID)
 		}
@@ -38,9 +49,9 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 			start = now
 		}
 		*out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET state = 'running', attempt = ?, lease_until = ?,
-				updated_at = ?, event_seq = event_seq + 1
+				updated_at = ?, event_seq = event_seq + 1, run_attempt = ?, run_worker = ?, run_start = ?
 			WHERE id = ? AND state = ? RETURNING `+taskCols,
-			n, now.Add(req.Lease).UnixNano(), now.UnixNano(), req.ID, string(cur.State)))
+			n, now.Add(req.Lease).UnixNano(), now.UnixNano(), n, req.Worker, start.UnixNano(), req.ID, string(cur.State)))
 		if err != nil {
 			return err
 		}
@@ -49,15 +60,45 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 			now.UnixNano(), string(cur.State), reason, detail, req.Worker, req.ID); err != nil {
 			return err
 		}
-		_, err = s.txExec(ctx, tx, `INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (task_id, number) DO UPDATE SET worker = excluded.worker, start_at = excluded.start_at`,
-			req.ID, n, req.Worker, start.UnixNano())
+		if p.flush(n) {
+			if _, err := s.txExec(ctx, tx, prevAttemptSQL.sql(1), req.ID, p.attempt.Int64, p.worker.String, p.start); err != nil {
+				return err
+			}
+		}
+		_, err = s.txExec(ctx, tx, `UPDATE ledger_attempts SET worker = ?, start_at = ? WHERE task_id = ? AND number = ?`,
+			req.Worker, start.UnixNano(), req.ID, n)
 		return err
 	}, beginRunKind, it)
 	if err != nil {
 		return nil, err
 	}
 	return it.out, it.conflict
+}
+
+// prevRun is the run a task row holds (run_attempt, run_worker,
+// run_start), all NULL when none.
+type prevRun struct {
+	attempt sql.NullInt64
+	worker  sql.NullString
+	start   sql.NullInt64
+}
+
+// flush says whether a run numbered n replaces a held run whose attempt
+// row must be written first (its number differs; a row it already has is
+// kept: ON CONFLICT DO NOTHING).
+func (p prevRun) flush(n int) bool { return p.attempt.Valid && p.attempt.Int64 != int64(n) }
+
+// of returns the worker and start of attempt number: the held run's when
+// it is that attempt, else an empty worker and a nil start.
+func (p prevRun) of(number int) (string, any) {
+	if !p.attempt.Valid || p.attempt.Int64 != int64(number) {
+		return "", nil
+	}
+	var start any
+	if p.start.Valid {
+		start = p.start.Int64
+	}
+	return p.worker.String, start
 }
 
 // EndRun implements front.Backend: the attempt's outcome and the

@@ -131,18 +131,18 @@ func (s *Store) runGroup(g []*writeReq) {
 	// transaction failed (the group was answered).
 	alone := func(r *writeReq) bool {
 		i := idx[r]
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
 			s.failGroup(tx, live, err)
 			return false
 		}
 		errs[i] = call(ctx, tx, r.fn)
 		if errs[i] != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
 				s.failGroup(tx, live, err)
 				return false
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
 			s.failGroup(tx, live, err)
 			return false
 		}
@@ -158,7 +158,7 @@ func (s *Store) runGroup(g []*writeReq) {
 		// A grouped statement runs in its own savepoint: an error in it
 		// (not a write's own refusal) undoes it and splits it, every
 		// write then running alone.
-		if _, err := tx.ExecContext(ctx, "SAVEPOINT w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
 		}
@@ -167,12 +167,12 @@ func (s *Store) runGroup(g []*writeReq) {
 		}
 		berr := callBatch(ctx, s, tx, st.kind, st.reqs)
 		if berr != nil {
-			if _, err := tx.ExecContext(ctx, "ROLLBACK TO w"); err != nil {
+			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
 				s.failGroup(tx, live, err)
 				return
 			}
 		}
-		if _, err := tx.ExecContext(ctx, "RELEASE w"); err != nil {
+		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
 			s.failGroup(tx, live, err)
 			return
 		}
