@@ -270,6 +270,26 @@ func expectNone(t testing.TB, b *broker.Broker, lane string, d time.Duration, wh
 	}
 }
 
+// expectNoneBefore fails if anything is delivered from lane before due
+// (more than 100 ms before, the slack the cases' own checks of a return
+// time allow for clocks read at different points). It receives until
+// shortly before due; a receive that returns a message is a failure only
+// if it returned that early, since on a loaded machine the
+// last receive of the window may return late with a message that became
+// due meanwhile. What arrived at or after due is returned, for the caller
+// to take as the message's return. Callers take due from before the call
+// that set it (a nack's or release's delay counts from when the broker
+// handled the call, which is no earlier), so a window that starts only
+// after a slow call returns does not fail a broker that kept the delay.
+func expectNoneBefore(t testing.TB, b *broker.Broker, lane string, due time.Time, why string) []*broker.Delivery {
+	t.Helper()
+	ds := receiveUntil(t, b, broker.ReceiveRequest{Lane: lane, Lease: 30 * time.Second}, 1, time.Until(due)-300*time.Millisecond)
+	if now := time.Now(); len(ds) > 0 && now.Before(due.Add(-100*time.Millisecond)) {
+		t.Fatalf("%s: got %s (attempt %d) at %s, %s before %s", why, ds[0].ID, ds[0].Attempt, now.Format("15:04:05.000"), due.Sub(now), due.Format("15:04:05.000"))
+	}
+	return ds
+}
+
 func ack(t testing.TB, b *broker.Broker, ds ...*broker.Delivery) {
 	t.Helper()
 	if err := b.Ack(ctxFor(t, 30*time.Second), ds...); err != nil {
