@@ -15,16 +15,16 @@ var _ broker.Browser = (*Driver)(nil)
 // (visible_at, seq), after the cursor (visible_at, seq), without writing.
 const browseReadySQL = `SELECT seq, visible_at, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts, dead_letter
 FROM sy_messages
-WHERE ns = ?1 AND lane = ?2 AND dead = 0 AND visible_at <= ?3 AND (visible_at > ?4 OR (visible_at = ?4 AND seq > ?5))
+WHERE lane_id = ?1 AND dead = 0 AND visible_at <= ?2 AND (visible_at > ?3 OR (visible_at = ?3 AND seq > ?4))
 ORDER BY visible_at, seq
-LIMIT ?6 + 0`
+LIMIT ?5 + 0`
 
 // browseDeadSQL reads dead letters in the order receiveDeadSQL leases them.
 const browseDeadSQL = `SELECT seq, visible_at, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts, dead_letter
 FROM sy_messages
-WHERE ns = ?1 AND lane = ?2 AND dead = 1 AND seq > ?3
+WHERE lane_id = ?1 AND dead = 1 AND seq > ?2
 ORDER BY seq
-LIMIT ?4 + 0`
+LIMIT ?3 + 0`
 
 // Browse implements broker.Browser with a plain SELECT: nothing is leased,
 // no attempt is counted and no message moves. A dead letter that is leased
@@ -45,10 +45,17 @@ func (d *Driver) Browse(ctx context.Context, req broker.BrowseRequest) (*broker.
 		afterVis, afterSeq = av, as
 	}
 	n := max(req.Max, 1)
+	laneID, ok, err := d.laneID(ctx, req.Lane, false)
+	if err != nil {
+		return nil, classify("browse", err)
+	}
+	if !ok {
+		return &broker.BrowsePage{}, nil // never published to: empty
+	}
 	// One more than asked, to know whether there is a next page.
-	q, args := browseReadySQL, []any{d.cfg.Namespace, req.Lane, d.nowNano(), afterVis, afterSeq, n + 1}
+	q, args := browseReadySQL, []any{laneID, d.nowNano(), afterVis, afterSeq, n + 1}
 	if req.DeadLetters {
-		q, args = browseDeadSQL, []any{d.cfg.Namespace, req.Lane, afterSeq, n + 1}
+		q, args = browseDeadSQL, []any{laneID, afterSeq, n + 1}
 	}
 	rows, err := d.db.QueryContext(ctx, q, args...)
 	if err != nil {

@@ -57,9 +57,14 @@
 //
 // The tables carry a schema version (sy_meta). Opening a file of an older
 // version migrates it in place, in one transaction that other processes
-// wait for (version 2 rebuilt sy_messages without AUTOINCREMENT, keeping
-// every message, lease and dead letter); a file of a newer version than
-// the build knows fails at open with ErrInvalid, unchanged.
+// wait for (version 2 rebuilt sy_messages without AUTOINCREMENT; version 3
+// names a message's namespace and lane by an integer from sy_lanes instead
+// of their text; each keeps every message, lease and dead letter); a file
+// of a newer version than the build knows fails at open with ErrInvalid,
+// unchanged. Upgrade every process that shares a file together: a process
+// of an older build that still has the file open when a newer one migrates
+// it fails its operations from then on (version 3 removed columns its
+// statements name) until it is restarted on the new build.
 //
 // A new database file is created 0600 (SQLite gives its -wal and -shm the
 // same mode) and missing directories 0700, whatever the umask; an existing

@@ -186,9 +186,13 @@ func fromNano(n int64) time.Time {
 // garbage headers and no kind — on lane. Tests use it to prove that
 // undecodable messages are dead-lettered, never delivered or retried.
 func (d *Driver) InjectRaw(ctx context.Context, lane string, body []byte) error {
+	laneID, _, err := d.laneID(ctx, lane, true)
+	if err != nil {
+		return classify("inject", err)
+	}
 	now := d.nowNano()
-	_, err := d.db.ExecContext(ctx, `INSERT INTO sy_messages (ns, lane, id, kind, body, headers, enqueued_at, visible_at) VALUES (?, ?, ?, '', ?, ?, ?, ?)`,
-		d.cfg.Namespace, lane, broker.NewID(), body, body, now, now)
+	_, err = d.db.ExecContext(ctx, `INSERT INTO sy_messages (lane_id, id, kind, body, headers, enqueued_at, visible_at) VALUES (?, ?, '', ?, ?, ?, ?)`,
+		laneID, broker.NewID(), body, body, now, now)
 	d.wake(lane)
 	return classify("inject", err)
 }

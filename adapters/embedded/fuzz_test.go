@@ -38,9 +38,13 @@ func FuzzRow(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		const lane = "fz"
-		res, err := d.db.ExecContext(ctx, `INSERT INTO sy_messages (ns, lane, dead, id, kind, body, headers, tenant, idem_key, ord_key,
-			run_at, enqueued_at, max_attempts, visible_at, attempts, dead_letter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
-			d.cfg.Namespace, lane, dead, id, kind, body, headers, tenant, idem, ord, runAt, enq, maxAtt, attempts, deadLetter)
+		laneID, _, err := d.laneID(ctx, lane, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := d.db.ExecContext(ctx, `INSERT INTO sy_messages (lane_id, dead, id, kind, body, headers, tenant, idem_key, ord_key,
+			run_at, enqueued_at, max_attempts, visible_at, attempts, dead_letter) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`,
+			laneID, dead, id, kind, body, headers, tenant, idem, ord, runAt, enq, maxAtt, attempts, deadLetter)
 		if err != nil {
 			t.Skip("SQLite refused the row:", err)
 		}

@@ -55,4 +55,13 @@ func TestQueryPlans(t *testing.T) {
 			t.Errorf("receive: the ordering check does not use sy_messages_order:\n%s", p)
 		}
 	}
+	// The ready index ends with seq only implicitly (the rowid SQLite
+	// appends): receive and browse must still read it in (visible_at, seq)
+	// order, without sorting.
+	for _, q := range []string{receiveSQL, receiveUnorderedSQL, browseReadySQL} {
+		p := plan(q)
+		if !strings.Contains(p, "sy_messages_ready") || strings.Contains(p, "TEMP B-TREE") {
+			t.Errorf("%.70s…: not read in index order:\n%s", q, p)
+		}
+	}
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
-const insertColumns = 13
+const insertColumns = 12
 
 // insertSizes are the row counts of the prepared INSERT statements, largest
 // first: a batch
@@ -53,13 +53,13 @@ func insertQueries(n int) []string {
 func insertSQLOf(n int) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO sy_messages
-		(ns, lane, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
+		(lane_id, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at)
 		VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	return b.String()
 }
@@ -70,10 +70,24 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		return nil, broker.ClosedError("publish")
 	}
 	var res []broker.PublishResult
+	// The lanes' ids, before the transaction: a new lane's is written in
+	// one of its own.
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		if i > 0 && m.Lane == msgs[i-1].Lane {
+			ids[i] = ids[i-1]
+			continue
+		}
+		id, _, err := d.laneID(ctx, m.Lane, true)
+		if err != nil {
+			return nil, classify("publish", err)
+		}
+		ids[i] = id
+	}
 	d.shared.prepare(ctx, insertQueries(len(msgs))...)
 	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = make([]broker.PublishResult, len(msgs))
-		return d.publishTx(ctx, tx, msgs, res)
+		return d.publishTx(ctx, tx, msgs, ids, res)
 	})
 	if err != nil {
 		return nil, classify("publish", err)
@@ -88,8 +102,9 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	return res, nil
 }
 
-// publishTx writes msgs in tx and sets their results in res.
-func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Message, res []broker.PublishResult) error {
+// publishTx writes msgs, whose lanes' ids are laneIDs, in tx and sets their
+// results in res.
+func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Message, laneIDs []int64, res []broker.PublishResult) error {
 	if d.closed.Load() {
 		return broker.ClosedError("publish")
 	}
@@ -124,7 +139,7 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 		if rn := nano(m.RunAt); rn > visible {
 			visible = rn
 		}
-		rows = append(rows, d.cfg.Namespace, m.Lane, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
+		rows = append(rows, laneIDs[i], m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
 			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
 	}
 	for len(rows) > 0 {

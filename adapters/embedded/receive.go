@@ -42,28 +42,28 @@ func newToken() int64 {
 const receiveSQL = `UPDATE sy_messages SET attempts = MIN(attempts, 2147483646) + 1, lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
-	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
+	WHERE m.lane_id = ?3 AND m.dead = 0 AND m.visible_at <= ?4
 	  AND (m.ord_key = '' OR NOT EXISTS (
 		SELECT 1 FROM sy_messages p
-		WHERE p.ns = m.ns AND p.lane = m.lane AND p.ord_key = m.ord_key AND p.ord_key <> '' AND p.seq < m.seq AND p.dead = 0))
+		WHERE p.lane_id = m.lane_id AND p.ord_key = m.ord_key AND p.ord_key <> '' AND p.seq < m.seq AND p.dead = 0))
 	ORDER BY m.visible_at, m.seq
-	LIMIT ?6 + 0)
+	LIMIT ?5 + 0)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`
 
 const receiveUnorderedSQL = `UPDATE sy_messages SET attempts = MIN(attempts, 2147483646) + 1, lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
-	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 0 AND m.visible_at <= ?5
+	WHERE m.lane_id = ?3 AND m.dead = 0 AND m.visible_at <= ?4
 	ORDER BY m.visible_at, m.seq
-	LIMIT ?6 + 0)
+	LIMIT ?5 + 0)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts`
 
 const receiveDeadSQL = `UPDATE sy_messages SET lease_token = ?1, visible_at = ?2
 WHERE seq IN (
 	SELECT seq FROM sy_messages m
-	WHERE m.ns = ?3 AND m.lane = ?4 AND m.dead = 1 AND m.visible_at <= ?5
+	WHERE m.lane_id = ?3 AND m.dead = 1 AND m.visible_at <= ?4
 	ORDER BY m.seq
-	LIMIT ?6 + 0)
+	LIMIT ?5 + 0)
 RETURNING seq, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, attempts, dead_letter`
 
 // Receive implements broker.Driver. It waits for a publish in this process
@@ -103,10 +103,17 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 }
 
 func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]*broker.Delivery, error) {
+	laneID, ok, err := d.laneID(ctx, req.Lane, false)
+	if err != nil {
+		return nil, d.receiveErr(ctx, err)
+	}
+	if !ok {
+		return nil, nil // never published to: empty
+	}
 	token := newToken()
 	var now, leaseEnd int64
 	var out []*broker.Delivery
-	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if d.closed.Load() {
 			return broker.ClosedError("receive")
 		}
@@ -125,7 +132,7 @@ func (d *Driver) receiveOnce(ctx context.Context, req broker.ReceiveRequest) ([]
 		if err != nil {
 			return err
 		}
-		rows, err := st.QueryContext(ctx, token, leaseEnd, d.cfg.Namespace, req.Lane, now, req.Max)
+		rows, err := st.QueryContext(ctx, token, leaseEnd, laneID, now, req.Max)
 		if err != nil {
 			return err
 		}

@@ -13,16 +13,23 @@ func (d *Driver) Stats(ctx context.Context, lane string) (broker.Stats, error) {
 	if d.closed.Load() {
 		return broker.Stats{}, broker.ClosedError("stats")
 	}
+	laneID, ok, err := d.laneID(ctx, lane, false)
+	if err != nil {
+		return broker.Stats{}, classify("stats", err)
+	}
+	if !ok {
+		return broker.Stats{Lane: lane}, nil // never published to: empty
+	}
 	now := d.nowNano()
 	var ready, inflight, delayed, dead sql.NullInt64
 	var oldest sql.NullInt64
-	err := d.db.QueryRowContext(ctx, `SELECT
+	err = d.db.QueryRowContext(ctx, `SELECT
 		SUM(dead = 0 AND visible_at <= ?1),
 		SUM(dead = 0 AND visible_at > ?1 AND lease_token <> 0),
 		SUM(dead = 0 AND visible_at > ?1 AND lease_token = 0),
 		SUM(dead = 1),
 		MIN(CASE WHEN dead = 0 AND visible_at <= ?1 THEN visible_at END)
-		FROM sy_messages WHERE ns = ?2 AND lane = ?3`, now, d.cfg.Namespace, lane).Scan(&ready, &inflight, &delayed, &dead, &oldest)
+		FROM sy_messages WHERE lane_id = ?2`, now, laneID).Scan(&ready, &inflight, &delayed, &dead, &oldest)
 	if err != nil {
 		return broker.Stats{}, classify("stats", err)
 	}
@@ -35,7 +42,9 @@ func (d *Driver) Stats(ctx context.Context, lane string) (broker.Stats, error) {
 
 // Lanes lists the lanes that have messages in this namespace, live or dead.
 func (d *Driver) Lanes(ctx context.Context) ([]string, error) {
-	rows, err := d.db.QueryContext(ctx, `SELECT DISTINCT lane FROM sy_messages WHERE ns = ? ORDER BY lane`, d.cfg.Namespace)
+	rows, err := d.db.QueryContext(ctx, `SELECT l.lane FROM sy_lanes l
+		WHERE l.ns = ? AND EXISTS (SELECT 1 FROM sy_messages m WHERE m.lane_id = l.id)
+		ORDER BY l.lane`, d.cfg.Namespace)
 	if err != nil {
 		return nil, classify("lanes", err)
 	}

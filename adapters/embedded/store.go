@@ -106,24 +106,64 @@ type sharedDB struct {
 	memory bool
 
 	mu     sync.Mutex
-	wakers map[string]*waker // per namespace and lane, under mu
-	w      *writer           // gathers concurrent write transactions
+	wakers map[laneKey]*waker // under mu
+	lanes  map[laneKey]int64  // sy_lanes ids read or written, under mu
+	w      *writer            // gathers concurrent write transactions
 
 	stmtMu sync.RWMutex
 	stmts  map[string]*sql.Stmt // prepared at open or by prepare, under stmtMu
 }
 
+// laneKey names a lane of a namespace (a map key that costs no allocation).
+type laneKey struct{ ns, lane string }
+
 // waker returns the waker of (ns, lane).
 func (s *sharedDB) waker(ns, lane string) *waker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := ns + "\x00" + lane
+	k := laneKey{ns, lane}
 	w := s.wakers[k]
 	if w == nil {
 		w = newWaker()
 		s.wakers[k] = w
 	}
 	return w
+}
+
+// laneID returns the sy_lanes id of (ns, lane). A lane that has none yet
+// gets one in a write transaction of its own when create is set, and is
+// reported missing (false) otherwise: it holds no message. Its caller must
+// hold no transaction (it may wait for the connection). An id is cached
+// once committed: rows of sy_lanes are never changed or removed.
+func (s *sharedDB) laneID(ctx context.Context, ns, lane string, create bool) (int64, bool, error) {
+	k := laneKey{ns, lane}
+	s.mu.Lock()
+	id, ok := s.lanes[k]
+	s.mu.Unlock()
+	if ok {
+		return id, true, nil
+	}
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM sy_lanes WHERE ns = ? AND lane = ?`, ns, lane).Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) && !create:
+		return 0, false, nil
+	case errors.Is(err, sql.ErrNoRows):
+		err = s.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO sy_lanes (ns, lane) VALUES (?, ?) ON CONFLICT DO NOTHING`, ns, lane); err != nil {
+				return err
+			}
+			return tx.QueryRowContext(ctx, `SELECT id FROM sy_lanes WHERE ns = ? AND lane = ?`, ns, lane).Scan(&id)
+		})
+		if err != nil {
+			return 0, false, err
+		}
+	case err != nil:
+		return 0, false, err
+	}
+	s.mu.Lock()
+	s.lanes[k] = id
+	s.mu.Unlock()
+	return id, true, nil
 }
 
 // stmt returns query prepared on the database at open (parsing the receive
@@ -193,7 +233,7 @@ func acquireShared(ctx context.Context, key, dsn string, memory bool) (*sharedDB
 		db.Close()
 		return nil, err
 	}
-	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[string]*waker{}, stmts: map[string]*sql.Stmt{}}
+	s := &sharedDB{key: key, db: db, refs: 1, memory: memory, wakers: map[laneKey]*waker{}, lanes: map[laneKey]int64{}, stmts: map[string]*sql.Stmt{}}
 	s.w = &writer{s: s}
 	// Preparing reads the schema, which another process may be writing
 	// (its migration) or recovering: SQLite answers that with
@@ -243,6 +283,7 @@ func releaseShared(s *sharedDB) error {
 }
 
 // schemaVersion is the version of the database's tables, in sy_meta.
+//
 // Version 2 dropped AUTOINCREMENT from sy_messages.seq: it updated
 // sqlite_sequence (a row and a page more in every publish's transaction)
 // for a guarantee nothing needs. A new seq is still above every seq in the
@@ -250,10 +291,18 @@ func releaseShared(s *sharedDB) error {
 // can come back once every message above it is gone too, and the random
 // lease token every ack, nack and extend is guarded by tells the new
 // message from the old one.
-const schemaVersion = 2
+//
+// Version 3 names a message's namespace and lane by an integer, lane_id,
+// from sy_lanes (one row per namespace and lane, never changed or removed
+// once written), instead of their text in every row and in every entry of
+// its indexes: each task writes the ready index four times (publish,
+// lease, ack), and every one of those entries was two strings longer, each
+// comparison of them a string comparison. The indexes no longer repeat
+// seq, which SQLite appends to every index entry anyway.
+const schemaVersion = 3
 
-// messagesTable is the CREATE TABLE of sy_messages under name.
-func messagesTable(name string) string {
+// messagesTableV2 is the CREATE TABLE of version 2's sy_messages under name.
+func messagesTableV2(name string) string {
 	return `CREATE TABLE IF NOT EXISTS ` + name + ` (
 		seq          INTEGER PRIMARY KEY,
 		ns           TEXT NOT NULL,
@@ -276,32 +325,85 @@ func messagesTable(name string) string {
 	)`
 }
 
-const messagesColumns = `seq, ns, lane, dead, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at, attempts, lease_token, dead_letter`
+// messagesColumnsV2 are version 1's and version 2's columns.
+const messagesColumnsV2 = `seq, ns, lane, dead, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at, attempts, lease_token, dead_letter`
 
-var messagesIndexes = []string{
+var messagesIndexesV2 = []string{
 	`CREATE INDEX IF NOT EXISTS sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
 	`CREATE INDEX IF NOT EXISTS sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
 }
 
-// schema creates the tables of schemaVersion where they are missing.
-var schema = append([]string{
-	messagesTable("sy_messages"),
-	`CREATE TABLE IF NOT EXISTS sy_dedup (
+// lanesTable maps a namespace and lane to the integer the messages carry.
+// Its rows are only ever added: a process caches what it has read.
+const lanesTable = `CREATE TABLE IF NOT EXISTS sy_lanes (
+		id   INTEGER PRIMARY KEY,
+		ns   TEXT NOT NULL,
+		lane TEXT NOT NULL,
+		UNIQUE (ns, lane)
+	)`
+
+// messagesTable is the CREATE TABLE of sy_messages under name.
+func messagesTable(name string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + name + ` (
+		seq          INTEGER PRIMARY KEY,
+		lane_id      INTEGER NOT NULL,
+		dead         INTEGER NOT NULL DEFAULT 0,
+		id           TEXT NOT NULL,
+		kind         TEXT NOT NULL,
+		body         BLOB,
+		headers      BLOB,
+		tenant       TEXT NOT NULL DEFAULT '',
+		idem_key     TEXT NOT NULL DEFAULT '',
+		ord_key      TEXT NOT NULL DEFAULT '',
+		run_at       INTEGER NOT NULL DEFAULT 0,
+		enqueued_at  INTEGER NOT NULL,
+		max_attempts INTEGER NOT NULL DEFAULT 0,
+		visible_at   INTEGER NOT NULL,
+		attempts     INTEGER NOT NULL DEFAULT 0,
+		lease_token  INTEGER NOT NULL DEFAULT 0,
+		dead_letter  BLOB
+	)`
+}
+
+// The indexes end with seq implicitly: SQLite appends the rowid (seq) to
+// every entry, and orders and looks up by it (TestQueryPlans).
+var messagesIndexes = []string{
+	`CREATE INDEX IF NOT EXISTS sy_messages_ready ON sy_messages (lane_id, dead, visible_at)`,
+	`CREATE INDEX IF NOT EXISTS sy_messages_order ON sy_messages (lane_id, ord_key) WHERE ord_key <> ''`,
+}
+
+const dedupTable = `CREATE TABLE IF NOT EXISTS sy_dedup (
 		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
 		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
 		PRIMARY KEY (ns, lane, tenant, key)
-	) WITHOUT ROWID`,
-}, messagesIndexes...)
+	) WITHOUT ROWID`
 
-// migrateV1 rebuilds a version 1 sy_messages without AUTOINCREMENT,
-// keeping every row (seq, leases and dead letters included). SQLite cannot
-// drop AUTOINCREMENT in place; dropping the old table drops its indexes and
-// its sqlite_sequence row.
+// schema creates the tables of schemaVersion where they are missing.
+var schema = append([]string{lanesTable, messagesTable("sy_messages"), dedupTable}, messagesIndexes...)
+
+// migrateV1 rebuilds a version 1 sy_messages without AUTOINCREMENT (version
+// 2), keeping every row (seq, leases and dead letters included). SQLite
+// cannot drop AUTOINCREMENT in place; dropping the old table drops its
+// indexes and its sqlite_sequence row.
 var migrateV1 = append([]string{
-	messagesTable("sy_messages_v2"),
-	`INSERT INTO sy_messages_v2 (` + messagesColumns + `) SELECT ` + messagesColumns + ` FROM sy_messages`,
+	messagesTableV2("sy_messages_v2"),
+	`INSERT INTO sy_messages_v2 (` + messagesColumnsV2 + `) SELECT ` + messagesColumnsV2 + ` FROM sy_messages`,
 	`DROP TABLE sy_messages`,
 	`ALTER TABLE sy_messages_v2 RENAME TO sy_messages`,
+}, messagesIndexesV2...)
+
+// migrateV2 rebuilds a version 2 sy_messages with lane ids (version 3):
+// every (ns, lane) of its rows gets a row in sy_lanes, and every message
+// keeps its seq, attempts, lease (visible_at, lease_token) and dead letter.
+var migrateV2 = append([]string{
+	lanesTable,
+	`INSERT OR IGNORE INTO sy_lanes (ns, lane) SELECT DISTINCT ns, lane FROM sy_messages ORDER BY ns, lane`,
+	messagesTable("sy_messages_v3"),
+	`INSERT INTO sy_messages_v3 (seq, lane_id, dead, id, kind, body, headers, tenant, idem_key, ord_key, run_at, enqueued_at, max_attempts, visible_at, attempts, lease_token, dead_letter)
+		SELECT m.seq, l.id, m.dead, m.id, m.kind, m.body, m.headers, m.tenant, m.idem_key, m.ord_key, m.run_at, m.enqueued_at, m.max_attempts, m.visible_at, m.attempts, m.lease_token, m.dead_letter
+		FROM sy_messages m JOIN sy_lanes l ON l.ns = m.ns AND l.lane = m.lane`,
+	`DROP TABLE sy_messages`,
+	`ALTER TABLE sy_messages_v3 RENAME TO sy_messages`,
 }, messagesIndexes...)
 
 func migrate(ctx context.Context, db *sql.DB) error {
@@ -343,8 +445,13 @@ func migrate(ctx context.Context, db *sql.DB) error {
 		}
 	case err != nil:
 		return classifyOpen(err)
-	case v == "1":
-		if err := exec(migrateV1...); err != nil {
+	case v == "1" || v == "2":
+		if v == "1" {
+			if err := exec(migrateV1...); err != nil {
+				return err
+			}
+		}
+		if err := exec(migrateV2...); err != nil {
 			return err
 		}
 		if err := exec(schema...); err != nil {
@@ -374,6 +481,11 @@ func (d *Driver) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stm
 		return nil, err
 	}
 	return tx.StmtContext(ctx, st), nil
+}
+
+// laneID is the id of lane in the driver's namespace (sharedDB.laneID).
+func (d *Driver) laneID(ctx context.Context, lane string, create bool) (int64, bool, error) {
+	return d.shared.laneID(ctx, d.cfg.Namespace, lane, create)
 }
 
 func (d *Driver) wake(lane string) { d.shared.waker(d.cfg.Namespace, lane).broadcast() }

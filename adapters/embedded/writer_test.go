@@ -235,6 +235,11 @@ func TestWriter_CloseDuringPendingGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The lane's id is written (and cached) first: a publish on a new lane
+	// writes it in a transaction of its own before queueing its messages.
+	if _, err := d.Publish(ctx, []*broker.Message{{ID: broker.NewID(), Lane: "batch", Kind: "k", Body: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
 	w := d.shared.w
 	release := hold(t, w)
 	const n = 4
