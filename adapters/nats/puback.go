@@ -143,8 +143,13 @@ func (p *pubAcks) retry(tok uint64) {
 		return
 	}
 	if err := p.nc.PublishMsg(w.msg); err != nil {
-		p.forget(tok)
-		w.out <- pubReply{i: w.i, err: err}
+		p.mu.Lock()
+		w = p.waiting[tok] // still awaited: the caller may have stopped waiting meanwhile
+		delete(p.waiting, tok)
+		p.mu.Unlock()
+		if w != nil {
+			w.out <- pubReply{i: w.i, err: err}
+		}
 	}
 }
 

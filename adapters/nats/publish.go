@@ -27,9 +27,9 @@ func msgID(lane, tenant, key string) string {
 	return "idem-" + hex.EncodeToString(h.Sum(nil)[:20])
 }
 
-// Publish sends the batch with asynchronous publishes and waits for every
-// acknowledgement. A message whose acknowledgement does not arrive within
-// publish_timeout (or before ctx ends) gets an error matching
+// Publish sends the whole batch, then waits for every acknowledgement
+// (puback.go). A message whose acknowledgement does not arrive within
+// publish_timeout (or before ctx or the driver ends) gets an error matching
 // broker.ErrUnknownOutcome: it may or may not be stored.
 func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
 	if err := d.checkOpen("publish"); err != nil {
