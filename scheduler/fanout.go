@@ -12,27 +12,20 @@ import (
 // fetch loop at one small batch per round trip, however large the backlog
 // and the room in the buffer: the handlers then wait on the receives
 // (Slots 64 on SQS drained at about half the rate of eight consumers). When
-// fullsToFanOut receives in a row came back full and the buffer has room
-// for more than one such batch, the fetch loop runs up to maxFanOut
-// receives at once, each for one batch and without waiting (the backlog is
-// there); it keeps doing so while every one of them comes back full, and
-// goes back to one waiting receive as soon as one does not. An idle or
-// slow lane therefore costs what it did (one receive at a time), and the
-// number of receives per message stays the same: only their round trips
-// overlap. Two in a row, not one: at 200 tasks/s a single receive after a
-// pause (SQS's short polls, 50 ms apart in the benchmarks) comes back full
-// without any backlog behind it, and the extra receives only loaded the
-// emulator that the publishers were waiting on.
-const (
-	maxFanOut     = 4
-	fullsToFanOut = 2
-)
+// a receive comes back full and the buffer has room for more than one such
+// batch, the fetch loop runs up to maxFanOut receives at once, each for
+// one batch and without waiting (the backlog is there); it keeps doing so
+// while every one of them comes back full, and goes back to one waiting
+// receive as soon as one does not. An idle or slow lane therefore costs
+// what it did (one receive at a time), and the number of receives per
+// message stays the same: only their round trips overlap.
+const maxFanOut = 4
 
 // fanOut is how many receives to run at once for room messages when a
-// receive returns at most capped (0: no cap) and the last fulls receives
-// (or fan-outs) all came back full.
-func fanOut(room, capped, fulls int) int {
-	if fulls < fullsToFanOut || capped <= 0 || room <= capped {
+// receive returns at most capped (0: no cap) and wide says the last ones
+// all came back full.
+func fanOut(room, capped int, wide bool) int {
+	if !wide || capped <= 0 || room <= capped {
 		return 1
 	}
 	return min((room+capped-1)/capped, maxFanOut)

@@ -14,18 +14,18 @@ import (
 func TestFanOut(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		room, capped, fulls int
-		want                int
+		room, capped int
+		wide         bool
+		want         int
 	}{
-		{128, 10, 0, 1}, // the last receive was not full
-		{128, 10, 1, 1}, // one full receive: no backlog behind it yet
-		{128, 0, 5, 1},  // no cap: one receive takes the room
-		{10, 10, 5, 1},  // room for one batch only
-		{25, 10, 2, 3},
-		{128, 10, 2, maxFanOut},
+		{128, 10, false, 1}, // the last receive was not full
+		{128, 0, true, 1},   // no cap: one receive takes the room
+		{10, 10, true, 1},   // room for one batch only
+		{25, 10, true, 3},
+		{128, 10, true, maxFanOut},
 	} {
-		if got := fanOut(c.room, c.capped, c.fulls); got != c.want {
-			t.Errorf("fanOut(%d, %d, %d) = %d, want %d", c.room, c.capped, c.fulls, got, c.want)
+		if got := fanOut(c.room, c.capped, c.wide); got != c.want {
+			t.Errorf("fanOut(%d, %d, %v) = %d, want %d", c.room, c.capped, c.wide, got, c.want)
 		}
 	}
 }

@@ -301,7 +301,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	lowWater := s.cfg.Prefetch / 2
 	var pacer receivePacer                // see pace.go
 	capped := s.b.Capabilities().MaxBatch // a receive returns at most this many; 0: no cap
-	fulls := 0                            // receives in a row that came back full (fanout.go)
+	wide := false                         // the last receives all came back full: fan out
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -328,17 +328,11 @@ func (s *Scheduler) fetch(l *laneState) {
 		}
 		var ds []*broker.Delivery
 		var err error
-		full := false
-		if n := fanOut(room, capped, fulls); n > 1 {
-			ds, full, err = s.receiveWide(ctx, l, room, capped, n)
+		if n := fanOut(room, capped, wide); n > 1 {
+			ds, wide, err = s.receiveWide(ctx, l, room, capped, n)
 		} else {
 			ds, err = s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-			full = err == nil && capped > 0 && len(ds) >= capped
-		}
-		if full {
-			fulls++
-		} else {
-			fulls = 0
+			wide = err == nil && capped > 0 && len(ds) >= capped && room > capped
 		}
 		pacer.received(time.Now(), len(ds), room, err)
 		if err != nil {
