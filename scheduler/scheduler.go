@@ -299,9 +299,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	ctx := s.fetchCtx
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
-	var pacer receivePacer                // see pace.go
-	capped := s.b.Capabilities().MaxBatch // a receive returns at most this many; 0: no cap
-	wide := false                         // the last receives all came back full: fan out
+	var pacer receivePacer // see pace.go
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -326,14 +324,7 @@ func (s *Scheduler) fetch(l *laneState) {
 			case <-t.C:
 			}
 		}
-		var ds []*broker.Delivery
-		var err error
-		if n := fanOut(room, capped, wide); n > 1 {
-			ds, wide, err = s.receiveWide(ctx, l, room, capped, n)
-		} else {
-			ds, err = s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-			wide = err == nil && capped > 0 && len(ds) >= capped && room > capped
-		}
+		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
 		pacer.received(time.Now(), len(ds), room, err)
 		if err != nil {
 			if ctx.Err() != nil {
