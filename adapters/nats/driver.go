@@ -49,6 +49,7 @@ type Driver struct {
 	cfg  *config
 	nc   *natsgo.Conn
 	js   jetstream.JetStream
+	acks *pubAcks // Publish's acknowledgements (puback.go)
 	caps broker.Capabilities
 	log  *slog.Logger
 
@@ -158,6 +159,9 @@ func newDriver(ctx context.Context, cfg *config, nc *natsgo.Conn) (*Driver, erro
 	}
 	if err := d.ensureTopology(ctx); err != nil {
 		return nil, err
+	}
+	if d.acks, err = newPubAcks(nc); err != nil {
+		return nil, classify("open: publish acknowledgements", err)
 	}
 	maxSize := int(nc.MaxPayload()) - 64<<10
 	if maxSize < 4<<10 {
@@ -400,6 +404,7 @@ func (d *Driver) Close() error {
 	}
 	d.stop()
 	d.bg.Wait()
+	d.acks.close()
 	_ = d.nc.FlushTimeout(time.Second)
 	d.nc.Close()
 	return nil

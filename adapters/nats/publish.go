@@ -27,9 +27,9 @@ func msgID(lane, tenant, key string) string {
 	return "idem-" + hex.EncodeToString(h.Sum(nil)[:20])
 }
 
-// Publish sends the batch with asynchronous publishes and waits for every
-// acknowledgement. A message whose acknowledgement does not arrive within
-// publish_timeout (or before ctx ends) gets an error matching
+// Publish sends the whole batch, then waits for every acknowledgement
+// (puback.go). A message whose acknowledgement does not arrive within
+// publish_timeout (or before ctx or the driver ends) gets an error matching
 // broker.ErrUnknownOutcome: it may or may not be stored.
 func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.PublishResult, error) {
 	if err := d.checkOpen("publish"); err != nil {
@@ -40,7 +40,8 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 	}
 	now := time.Now()
 	res := make([]broker.PublishResult, len(msgs))
-	futs := make([]jetstream.PubAckFuture, len(msgs))
+	replies := make(chan pubReply, len(msgs))
+	toks := make([]uint64, 0, len(msgs))
 	var lastLane, lastSubj string // batches are usually one lane
 	for i, m := range msgs {
 		res[i].ID = m.ID
@@ -65,29 +66,50 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 			nm.Subject = d.names.delayedSubj(m.Lane)
 			nm.Header.Set(headerRunAt, strconv.FormatInt(broker.UnixNano(m.RunAt), 10)) // clamped, never wrapped
 		}
-		f, err := d.js.PublishMsgAsync(nm)
+		tok, err := d.acks.send(nm, i, replies)
 		if err != nil {
 			// Not sent: a definite failure.
 			res[i].Err = classify("publish", err)
 			continue
 		}
-		futs[i] = f
+		toks = append(toks, tok)
 	}
-	for i, f := range futs {
-		if f == nil {
-			continue
-		}
+	if len(toks) == 0 {
+		return res, nil
+	}
+	timeout := time.NewTimer(d.cfg.publishTimeout)
+	defer timeout.Stop()
+	waiting := make([]bool, len(msgs))
+	for i := range msgs {
+		waiting[i] = res[i].Err == nil
+	}
+	for left := len(toks); left > 0; left-- {
+		var stop error
 		select {
-		case ack := <-f.Ok():
-			if ack.Duplicate {
-				res[i].Duplicate = true
-				res[i].ID = d.idAt(ctx, ack.Sequence)
+		case r := <-replies:
+			waiting[r.i] = false
+			if r.err != nil {
+				res[r.i].Err = classifyPublishAck("publish", r.err)
+			} else if r.ack.Duplicate {
+				res[r.i].Duplicate = true
+				res[r.i].ID = d.idAt(ctx, r.ack.Sequence)
 			}
-		case err := <-f.Err():
-			res[i].Err = classifyPublishAck("publish", err)
+			continue
+		case <-timeout.C:
+			stop = jetstream.ErrAsyncPublishTimeout
 		case <-ctx.Done():
-			res[i].Err = broker.Wrap("publish", broker.UnknownOutcome, ctx.Err())
+			stop = ctx.Err()
+		case <-d.closing:
+			stop = broker.ClosedError("publish")
 		}
+		// Stop waiting: whatever is not acknowledged may or may not be stored.
+		d.acks.forget(toks...)
+		for i, w := range waiting {
+			if w {
+				res[i].Err = broker.Wrap("publish", broker.UnknownOutcome, stop)
+			}
+		}
+		break
 	}
 	return res, nil
 }
