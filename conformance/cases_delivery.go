@@ -85,9 +85,19 @@ func TestPublishReceiveAck(t *testing.T, h *Harness) {
 // ended the window just as the first receive's messages came back, and
 // they were counted as duplicates within their lease.
 func TestBatchPublish(t *testing.T, h *Harness) {
+	TestBatchPublishLease(t, h, time.Minute)
+}
+
+// TestBatchPublishLease is TestBatchPublish with leases of the given
+// length (TestBatchPublish: one minute). A test that makes a receive lose
+// its response on purpose (adapters/sqs, TestBatchPublishLostReceive)
+// waits for the lost messages' lease to end: a shorter lease shortens that
+// wait and checks the same. A lease shorter than the receiving of all 250
+// messages takes only brings some of them back after their lease, which
+// the case tells apart from duplicates within it.
+func TestBatchPublishLease(t *testing.T, h *Harness, lease time.Duration) {
 	b := Open(t, h, nil)
 	const n = 250
-	const lease = time.Minute
 	msgs := make([]*broker.Message, n)
 	for i := range msgs {
 		msgs[i] = newMsg("batch", "doc.embed", fmt.Sprintf("chunk-%03d", i))

@@ -64,7 +64,13 @@
 // counts of live messages start again at 1 on the target (the ledger keeps
 // their history; dead letters carry theirs), and ordering keys keep their
 // order as long as the source hands them out in publish order (every
-// adapter does per key).
+// adapter does per key). A key numbered on a source without native
+// ordering by the same Sequencer that numbers the target (the fleet's
+// ledger, as the CLI's --ledger gives both) must not wait for its old
+// numbers, which are never offered again: Options.SourceSequencer releases
+// each as finished once the target has confirmed its copy (without it, the
+// sequencer skips each old number as lost after its stall window, minutes
+// per key).
 //
 // # Dead letters
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +58,18 @@ type Options struct {
 	// far (for a progress bar). It runs on the migrating goroutine: keep it
 	// fast.
 	Progress func(Progress)
+	// SourceSequencer is the Sequencer that numbered the source's keyed
+	// messages (a source without native ordering: the fleet's ledger,
+	// ledger.SequencerOf). The source's numbers are dropped on the way
+	// (see doc.go) and will never be offered again; with SourceSequencer
+	// set, each moved message's number is released there as finished once
+	// the target has confirmed its copy, so a key's copies numbered on the
+	// target by the same Sequencer start in their turn instead of waiting
+	// for every old number to be skipped as lost (the sequencer's stall
+	// window, for each number: minutes per key). Leave it nil when the
+	// source's numbers came from another Sequencer than the target's
+	// workers use: releasing them there would let messages run out of turn.
+	SourceSequencer broker.Sequencer
 }
 
 func (o *Options) withDefaults() Options {
@@ -451,6 +464,13 @@ func (m *mover) lane(ctx context.Context, lr *LaneReport, dead bool) (err error)
 		}
 		acks = append(acks, done...)
 		if len(acks) > 0 {
+			if !dead {
+				// Before the ack: a run stopped between the two leaves the
+				// message on the source for the next run, which skips it
+				// (journal) and releases it again (harmless); one stopped
+				// after the ack would leave its number to the stall window.
+				m.releaseSourceOrder(ctx, lr.Lane, acks)
+			}
 			if err := src.Ack(ctx, acks); err != nil {
 				// The journal has them: a rerun removes them without
 				// publishing again.
@@ -461,6 +481,28 @@ func (m *mover) lane(ctx context.Context, lr *LaneReport, dead bool) (err error)
 		if fatal != nil {
 			return fatal
 		}
+	}
+}
+
+// releaseSourceOrder marks the source's ordering numbers of ds, whose
+// copies the target confirmed (and the journal recorded), finished in
+// Options.SourceSequencer (see there). A release that fails leaves the number to the sequencer's stall
+// window, as without SourceSequencer, and the run goes on.
+func (m *mover) releaseSourceOrder(ctx context.Context, lane string, ds []*broker.Delivery) {
+	sq := m.o.SourceSequencer
+	if sq == nil {
+		return
+	}
+	rctx := context.WithoutCancel(ctx)
+	for _, d := range ds {
+		if d.OrderingKey == "" || d.Headers == nil {
+			continue
+		}
+		seq, err := strconv.ParseInt(d.Headers[broker.HeaderOrderSeq], 10, 64)
+		if err != nil || seq <= 0 {
+			continue
+		}
+		_ = sq.Release(rctx, lane, d.OrderingKey, seq, true)
 	}
 }
 

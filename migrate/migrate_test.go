@@ -18,6 +18,7 @@ import (
 	_ "github.com/switchyard-dev/switchyard/adapters/all" // every broker URL scheme
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
+	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/migrate"
 )
 
@@ -29,6 +30,9 @@ const (
 	jourEnv  = "SWITCHYARD_MIGRATE_JOURNAL"
 	batchEnv = "SWITCHYARD_MIGRATE_BATCH"
 	leaseEnv = "SWITCHYARD_MIGRATE_LEASE"
+	// ledgerEnv: the DSN of the ledger whose sequencer numbered the
+	// source's keyed messages (migrate.Options.SourceSequencer).
+	ledgerEnv = "SWITCHYARD_MIGRATE_LEDGER"
 )
 
 func TestMain(m *testing.M) {
@@ -69,7 +73,18 @@ func child() int {
 	if lease <= 0 {
 		lease = 3 * time.Second
 	}
+	var sourceSeq broker.Sequencer
+	if dsn := os.Getenv(ledgerEnv); dsn != "" {
+		L, err := ledger.Open(ctx, dsn)
+		if err != nil {
+			fmt.Printf("ERROR %v\n", err)
+			return 2
+		}
+		defer L.Close()
+		sourceSeq = ledger.SequencerOf(L)
+	}
 	_, err = migrate.Run(ctx, from, to, &migrate.Options{
+		SourceSequencer:    sourceSeq,
 		Journal:            os.Getenv(jourEnv),
 		Lanes:              []string{"batch"},
 		IncludeDeadLetters: true,

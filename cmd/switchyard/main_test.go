@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/ledger"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -128,5 +130,65 @@ func TestCLI_Migrate(t *testing.T) {
 		if code, _, _ := runCLI(t, bad...); code == 0 {
 			t.Errorf("%v succeeded", bad)
 		}
+	}
+}
+
+// TestCLI_MigrateLedgerReleasesSourceNumbers: with --ledger, keyed
+// messages moved between two brokers without native ordering (the
+// embedded broker reduced stands for RabbitMQ, NATS or SQS standard) are
+// numbered again by the ledger, and their old numbers, from the same
+// ledger, are released: the key's first copy may start at once instead of
+// waiting for the old numbers to be skipped as lost.
+func TestCLI_MigrateLedgerReleasesSourceNumbers(t *testing.T) {
+	dir := t.TempDir()
+	from := "embedded://" + filepath.Join(dir, "a.db") + "?reduced=true&namespace=app"
+	to := "embedded://" + filepath.Join(dir, "b.db") + "?reduced=true&namespace=app"
+	dsn := "sqlite://" + filepath.Join(dir, "ledger.db")
+	ctx := context.Background()
+	L, err := ledger.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer L.Close()
+	sq := ledger.SequencerOf(L)
+	b, err := broker.Open(ctx, from, &broker.Options{Sequencer: sq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := b.PublishOne(ctx, &broker.Message{Lane: "batch", Kind: "k", OrderingKey: "key", Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	code, out, errs := runCLI(t, "migrate", "--from", from, "--to", to, "--lanes", "batch", "--yes", "--state-dir", dir, "--ledger", dsn)
+	if code != 0 || !strings.Contains(out, "moved 3") {
+		t.Fatalf("migrate: code %d\n%s%s", code, out, errs)
+	}
+	drv, err := broker.OpenDriver(ctx, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Close()
+	ds, err := drv.Receive(ctx, broker.ReceiveRequest{Lane: "batch", Max: 10, Lease: time.Minute, Wait: time.Second})
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("the target holds %d messages (%v), want 3", len(ds), err)
+	}
+	first := int64(0)
+	for _, d := range ds {
+		seq, err := strconv.ParseInt(d.Headers[broker.HeaderOrderSeq], 10, 64)
+		if err != nil {
+			t.Fatalf("copy %s carries no ordering number: %v", d.ID, d.Headers)
+		}
+		if first == 0 || seq < first {
+			first = seq
+		}
+	}
+	g, ahead, err := sq.(broker.SequencerPosition).AcquirePosition(ctx, "batch", "key", first, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g != broker.GrantRun {
+		t.Fatalf("the key's first copy (number %d): grant %v with %d ahead, want GrantRun: --ledger did not release the source's numbers", first, g, ahead)
 	}
 }

@@ -24,7 +24,9 @@ const migrateUsage = `usage: switchyard migrate --from URL --to URL [--lanes a,b
   published to the target and confirmed before it leaves the source, and a
   journal makes an interrupted run safe to run again. Keyed messages moved
   to a broker without native ordering (RabbitMQ, NATS, SQS standard) are
-  numbered by the ledger's sequencer: give the fleet's --ledger.`
+  numbered by the ledger's sequencer: give the fleet's --ledger (it numbered
+  the source's keyed messages too; their old numbers are released as the
+  target confirms their copies).`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
@@ -98,6 +100,10 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		defer L.Close()
 		topts = &broker.Options{Sequencer: ledger.SequencerOf(L)}
+		// The fleet's ledger numbered the source's keyed messages too:
+		// their old numbers are released as they move (see
+		// migrate.Options.SourceSequencer).
+		opts.SourceSequencer = topts.Sequencer
 	}
 	rep, err := migrate.RunURL(ctx, *from, *to, topts, opts)
 	if tty {
