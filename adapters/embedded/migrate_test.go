@@ -52,41 +52,15 @@ var schemaV1 = []string{
 // old ones).
 func TestMigrate_V1(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v1.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UnixNano()
 	const ns, lane = "default", "l"
-	for _, q := range schemaV1 {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ins := `INSERT INTO sy_messages (seq, ns, lane, dead, id, kind, body, ord_key, enqueued_at, visible_at, attempts, lease_token, dead_letter) VALUES (?, ?, ?, ?, ?, 'k', ?, ?, ?, ?, ?, ?, ?)`
 	dl, _ := broker.EncodeDeadLetter(&broker.DeadLetter{Reason: broker.ReasonMaxAttempts, Error: "boom"})
-	rows := [][]any{
+	path := oldDatabase(t, schemaV1, [][]any{
 		{5, ns, lane, 0, "01ready0000000000000000001", []byte("a"), "", now, now - 3, 0, 0, nil},
 		{7, ns, lane, 0, "01ready0000000000000000002", []byte("b"), "o", now, now - 2, 0, 0, nil},
 		{9, ns, lane, 0, "01leased000000000000000003", []byte("c"), "o", now, now + int64(time.Hour), 1, 42, nil},
 		{11, ns, lane, 1, "01dead00000000000000000004", []byte("d"), "", now, now, 3, 0, dl},
-	}
-	for _, r := range rows {
-		if _, err := db.Exec(ins, r...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.Exec(`UPDATE sqlite_sequence SET seq = 20 WHERE name = 'sy_messages'`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`INSERT INTO sy_dedup VALUES (?, ?, '', 'key1', '01ready0000000000000000001', ?)`, ns, lane, now+int64(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	}, ns, lane, "01ready0000000000000000001", `UPDATE sqlite_sequence SET seq = 20 WHERE name = 'sy_messages'`)
 
 	d, err := open(ctx, Config{Path: path})
 	if err != nil {
@@ -137,23 +111,7 @@ func TestMigrate_V1(t *testing.T) {
 		t.Fatalf("dead letters: %v", dead)
 	}
 	// Deduplication records survive; a new message gets a seq above the old ones.
-	res, err := d.Publish(ctx, []*broker.Message{
-		{ID: broker.NewID(), Lane: lane, Kind: "k", IdempotencyKey: "key1"},
-		{ID: broker.NewID(), Lane: lane, Kind: "k", Body: []byte("new")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res[0].Duplicate || res[0].ID != "01ready0000000000000000001" || res[1].Duplicate {
-		t.Fatalf("publish results: %+v", res)
-	}
-	ds, err = d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ds) != 1 || string(ds[0].Body) != "new" || ds[0].Handle.(handle).seq <= 11 {
-		t.Fatalf("after migration received %v", ds)
-	}
+	wantDedupAndNewSeq(t, d, lane, "01ready0000000000000000001", 11)
 
 	// Reopening a version 3 database changes nothing.
 	d2, err := open(ctx, Config{Path: path})
@@ -229,24 +187,10 @@ var schemaV2 = []string{
 // above the old ones), each namespace seeing only its own messages.
 func TestMigrate_V2(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "v2.db")
-	if err := os.WriteFile(path, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UnixNano()
 	const ns, other, lane, lane2 = "default", "other", "l", "l2"
-	for _, q := range schemaV2 {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ins := `INSERT INTO sy_messages (seq, ns, lane, dead, id, kind, body, ord_key, enqueued_at, visible_at, attempts, lease_token, dead_letter) VALUES (?, ?, ?, ?, ?, 'k', ?, ?, ?, ?, ?, ?, ?)`
 	dl, _ := broker.EncodeDeadLetter(&broker.DeadLetter{Reason: broker.ReasonMaxAttempts, Error: "boom"})
-	rows := [][]any{
+	path := oldDatabase(t, schemaV2, [][]any{
 		{3, ns, lane, 0, "01leased000000000000000001", []byte("o1"), "o", now, now + int64(time.Hour), 1, 42, nil},
 		{5, ns, lane, 0, "01ready0000000000000000002", []byte("a"), "", now, now - 3, 2, 0, nil},
 		{7, ns, lane, 0, "01ready0000000000000000003", []byte("o2"), "o", now, now - 4, 0, 0, nil},
@@ -254,16 +198,7 @@ func TestMigrate_V2(t *testing.T) {
 		{9, other, lane, 0, "01other0000000000000000005", []byte("x"), "", now, now - 5, 0, 0, nil},
 		{10, ns, lane2, 0, "01lane20000000000000000006", []byte("y"), "", now, now - 5, 0, 0, nil},
 		{11, ns, lane, 1, "01dead00000000000000000007", []byte("d"), "", now, now, 3, 0, dl},
-	}
-	for _, r := range rows {
-		if _, err := db.Exec(ins, r...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := db.Exec(`INSERT INTO sy_dedup VALUES (?, ?, '', 'key1', '01ready0000000000000000002', ?)`, ns, lane, now+int64(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	}, ns, lane, "01ready0000000000000000002")
 
 	d, err := open(ctx, Config{Path: path})
 	if err != nil {
@@ -331,6 +266,51 @@ func TestMigrate_V2(t *testing.T) {
 		t.Fatalf("namespace %s: %v, %v", other, ds, err)
 	}
 	// Deduplication records survive; a new message gets a seq above the old ones.
+	wantDedupAndNewSeq(t, d, lane, "01ready0000000000000000002", 11)
+}
+
+// oldDatabase writes a database file in an older schema: its statements,
+// the message rows (seq, ns, lane, dead, id, body, ord_key, enqueued_at,
+// visible_at, attempts, lease_token, dead_letter; kind "k"), a
+// deduplication record of key "key1" in ns and lane for dedupID, then the
+// extra statements. It returns the file's path.
+func oldDatabase(t *testing.T, schema []string, rows [][]any, ns, lane, dedupID string, extra ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.db")
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, q := range schema {
+		exec(q)
+	}
+	for _, r := range rows {
+		exec(`INSERT INTO sy_messages (seq, ns, lane, dead, id, kind, body, ord_key, enqueued_at, visible_at, attempts, lease_token, dead_letter)
+			VALUES (?, ?, ?, ?, ?, 'k', ?, ?, ?, ?, ?, ?, ?)`, r...)
+	}
+	exec(`INSERT INTO sy_dedup VALUES (?, ?, '', 'key1', ?, ?)`, ns, lane, dedupID, time.Now().Add(time.Hour).UnixNano())
+	for _, q := range extra {
+		exec(q)
+	}
+	return path
+}
+
+// wantDedupAndNewSeq checks a migrated database's deduplication and seqs:
+// a publish of key "key1" is a duplicate of dedupID, and a new message
+// gets a seq above maxSeq and is the only one ready on lane.
+func wantDedupAndNewSeq(t *testing.T, d *Driver, lane, dedupID string, maxSeq int64) {
+	t.Helper()
+	ctx := context.Background()
 	res, err := d.Publish(ctx, []*broker.Message{
 		{ID: broker.NewID(), Lane: lane, Kind: "k", IdempotencyKey: "key1"},
 		{ID: broker.NewID(), Lane: lane, Kind: "k", Body: []byte("new")},
@@ -338,11 +318,11 @@ func TestMigrate_V2(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res[0].Duplicate || res[0].ID != "01ready0000000000000000002" || res[1].Duplicate {
+	if !res[0].Duplicate || res[0].ID != dedupID || res[1].Duplicate {
 		t.Fatalf("publish results: %+v", res)
 	}
-	ds, err = d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute})
-	if err != nil || len(ds) != 1 || string(ds[0].Body) != "new" || ds[0].Handle.(handle).seq <= 11 {
+	ds, err := d.Receive(ctx, broker.ReceiveRequest{Lane: lane, Max: 10, Lease: time.Minute})
+	if err != nil || len(ds) != 1 || string(ds[0].Body) != "new" || ds[0].Handle.(handle).seq <= maxSeq {
 		t.Fatalf("after migration received %v, %v", ds, err)
 	}
 }
