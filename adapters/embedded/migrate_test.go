@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -145,39 +146,18 @@ func TestMigrate_NewerVersionRefused(t *testing.T) {
 	}
 }
 
-// schemaV2 is the schema version 2 wrote (a row's namespace and lane as
-// text, in the row and in its indexes).
-var schemaV2 = []string{
-	`CREATE TABLE sy_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)`,
-	`CREATE TABLE sy_messages (
-		seq          INTEGER PRIMARY KEY,
-		ns           TEXT NOT NULL,
-		lane         TEXT NOT NULL,
-		dead         INTEGER NOT NULL DEFAULT 0,
-		id           TEXT NOT NULL,
-		kind         TEXT NOT NULL,
-		body         BLOB,
-		headers      BLOB,
-		tenant       TEXT NOT NULL DEFAULT '',
-		idem_key     TEXT NOT NULL DEFAULT '',
-		ord_key      TEXT NOT NULL DEFAULT '',
-		run_at       INTEGER NOT NULL DEFAULT 0,
-		enqueued_at  INTEGER NOT NULL,
-		max_attempts INTEGER NOT NULL DEFAULT 0,
-		visible_at   INTEGER NOT NULL,
-		attempts     INTEGER NOT NULL DEFAULT 0,
-		lease_token  INTEGER NOT NULL DEFAULT 0,
-		dead_letter  BLOB
-	)`,
-	`CREATE INDEX sy_messages_ready ON sy_messages (ns, lane, dead, visible_at, seq)`,
-	`CREATE INDEX sy_messages_order ON sy_messages (ns, lane, ord_key, seq) WHERE ord_key <> ''`,
-	`CREATE TABLE sy_dedup (
-		ns TEXT NOT NULL, lane TEXT NOT NULL, tenant TEXT NOT NULL, key TEXT NOT NULL,
-		id TEXT NOT NULL, expires_at INTEGER NOT NULL,
-		PRIMARY KEY (ns, lane, tenant, key)
-	) WITHOUT ROWID`,
-	`INSERT INTO sy_meta (key, value) VALUES ('schema_version', '2')`,
-}
+// schemaV2 is the schema version 2 wrote: version 1's without
+// AUTOINCREMENT (a row's namespace and lane still as text, in the row and
+// in its indexes).
+var schemaV2 = func() []string {
+	s := slices.Clone(schemaV1)
+	s[1] = strings.Replace(s[1], " AUTOINCREMENT", "", 1)
+	if s[1] == schemaV1[1] {
+		panic("schemaV2: version 1's sy_messages has no AUTOINCREMENT to drop")
+	}
+	s[len(s)-1] = `INSERT INTO sy_meta (key, value) VALUES ('schema_version', '2')`
+	return s
+}()
 
 // TestMigrate_V2 opens a version 2 database holding ready, ordered, leased
 // and dead messages on two lanes of two namespaces, and a deduplication
