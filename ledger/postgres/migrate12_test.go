@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/ledgertest"
 	"github.com/switchyard-dev/switchyard/ledger/postgres"
 )
 
@@ -83,35 +84,14 @@ func TestOpen_Migrate12(t *testing.T) {
 			}
 		}
 	}
-	type snap struct {
-		task     *ledger.Task
-		events   []ledger.Event
-		attempts []ledger.Attempt
-	}
-	read := func(s *postgres.Store) map[string]snap {
+	read := func(s *postgres.Store) map[string]ledgertest.TaskRecord {
 		t.Helper()
-		out := map[string]snap{}
-		for _, id := range ids {
-			tk, err := s.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := s.Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			as, err := s.Attempts(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[id] = snap{tk, es, as}
-		}
-		return out
+		return ledgertest.Snapshot(ctx, t, s, ids)
 	}
 	before := read(s)
 	for id, sn := range before {
-		if len(sn.events) == 0 || sn.events[0].Seq != 1 || sn.events[0].Reason != "enqueued" || (len(sn.events) > 1 && sn.events[1].Seq == 1) {
-			t.Fatalf("events of %s: %+v", id, sn.events)
+		if len(sn.Events) == 0 || sn.Events[0].Seq != 1 || sn.Events[0].Reason != "enqueued" || (len(sn.Events) > 1 && sn.Events[1].Seq == 1) {
+			t.Fatalf("events of %s: %+v", id, sn.Events)
 		}
 	}
 	// Take the schema back to version 11, as that version wrote it: the

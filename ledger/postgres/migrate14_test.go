@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/ledgertest"
 	"github.com/switchyard-dev/switchyard/ledger/postgres"
 )
 
@@ -51,30 +52,9 @@ func TestOpen_Migrate14(t *testing.T) {
 	end(s, done, 1, ledger.Completed, "ok")
 	end(s, retry, 1, ledger.RetryWait, "retry")
 	ids := []string{running, done, retry}
-	type snap struct {
-		task     *ledger.Task
-		events   []ledger.Event
-		attempts []ledger.Attempt
-	}
-	read := func(s *postgres.Store) map[string]snap {
+	read := func(s *postgres.Store) map[string]ledgertest.TaskRecord {
 		t.Helper()
-		out := map[string]snap{}
-		for _, id := range ids {
-			tk, err := s.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := s.Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			as, err := s.Attempts(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[id] = snap{tk, es, as}
-		}
-		return out
+		return ledgertest.Snapshot(ctx, t, s, ids)
 	}
 	before := read(s)
 	// Back to version 13, as it wrote the ledger: an ended attempt has its
@@ -143,15 +123,15 @@ func TestOpen_Migrate14(t *testing.T) {
 		done:    {{1, "w1", "ok/e-ok/1ms"}},
 		retry:   {{1, "w1", "retry/e-retry/1ms"}, {2, "w2", "ok/e-ok/2ms"}},
 	} {
-		if got := brief(after[id].attempts); !reflect.DeepEqual(got, want) {
+		if got := brief(after[id].Attempts); !reflect.DeepEqual(got, want) {
 			t.Errorf("attempts of %s: %v, want %v", id, got, want)
 		}
-		if after[id].task.State != ledger.Completed {
-			t.Errorf("task %s: %s, want completed", id, after[id].task.State)
+		if after[id].Task.State != ledger.Completed {
+			t.Errorf("task %s: %s, want completed", id, after[id].Task.State)
 		}
 	}
-	if n := len(after[retry].events); n != len(before[retry].events)+2 {
-		t.Errorf("retried task: %d events, want %d", n, len(before[retry].events)+2)
+	if n := len(after[retry].Events); n != len(before[retry].Events)+2 {
+		t.Errorf("retried task: %d events, want %d", n, len(before[retry].Events)+2)
 	}
 	seen := map[string]bool{}
 	for !seen[running] || !seen[retry] {

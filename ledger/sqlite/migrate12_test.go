@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/ledgertest"
 	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 )
 
@@ -68,12 +69,7 @@ func TestOpen_Migrate12(t *testing.T) {
 			exec(`UPDATE ledger_tasks SET state = ?, updated_at = updated_at + 1000000000 WHERE id = ?`, string(st), ids[i])
 		}
 	}
-	type snap struct {
-		task     *ledger.Task
-		events   []ledger.Event
-		attempts []ledger.Attempt
-	}
-	read := func() map[string]snap {
+	read := func() map[string]ledgertest.TaskRecord {
 		t.Helper()
 		s, err := sqlite.Open(ctx, path, nil)
 		if err != nil {
@@ -83,28 +79,12 @@ func TestOpen_Migrate12(t *testing.T) {
 		if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
 			t.Fatalf("schema version %d %v, want 14", v, err)
 		}
-		out := map[string]snap{}
-		for _, id := range ids {
-			tk, err := s.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := s.Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			as, err := s.Attempts(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[id] = snap{tk, es, as}
-		}
-		return out
+		return ledgertest.Snapshot(ctx, t, s, ids)
 	}
 	before := read()
 	for id, sn := range before {
-		if len(sn.events) == 0 || sn.events[0].Seq != 1 || sn.events[0].Reason != "enqueued" {
-			t.Fatalf("events of %s: %+v", id, sn.events)
+		if len(sn.Events) == 0 || sn.Events[0].Seq != 1 || sn.Events[0].Reason != "enqueued" {
+			t.Fatalf("events of %s: %+v", id, sn.Events)
 		}
 	}
 	// Take it back to version 11, as that version wrote it: the state

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
+	"github.com/switchyard-dev/switchyard/ledger/ledgertest"
 	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 )
 
@@ -63,33 +64,12 @@ func TestOpen_Migrate14(t *testing.T) {
 	end(s, retry, ledger.Attempt{Number: 1, Worker: "w1", Start: start.Add(time.Second), Duration: time.Millisecond, Outcome: "error", Error: "boom"}, ledger.RetryWait, "failed")
 	ids := []string{queued, running, completed, retry}
 
-	type snap struct {
-		task     *ledger.Task
-		events   []ledger.Event
-		attempts []ledger.Attempt
-	}
-	read := func(s *sqlite.Store) map[string]snap {
+	read := func(s *sqlite.Store) map[string]ledgertest.TaskRecord {
 		t.Helper()
-		out := map[string]snap{}
-		for _, id := range ids {
-			tk, err := s.Get(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			es, err := s.Events(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			as, err := s.Attempts(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[id] = snap{tk, es, as}
-		}
-		return out
+		return ledgertest.Snapshot(ctx, t, s, ids)
 	}
 	before := read(s)
-	if as := before[running].attempts; len(as) != 1 || as[0].Number != 1 || as[0].Worker != "w1" || !as[0].Start.Equal(start.Add(time.Second)) || as[0].Outcome != "" {
+	if as := before[running].Attempts; len(as) != 1 || as[0].Number != 1 || as[0].Worker != "w1" || !as[0].Start.Equal(start.Add(time.Second)) || as[0].Outcome != "" {
 		t.Fatalf("attempts of the running task: %+v", as)
 	}
 	s.Close()
