@@ -99,9 +99,14 @@ func TestCLI_BenchPrune(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("%s: JSON: %v\n%s", dsn, err, out)
 		}
-		// Two event rows per task: the "enqueued" event is derived from
-		// the task row (schema 12).
-		if rep.Pruned != 500 || len(rep.Sizes) < 3 || rep.Sizes[0].Rows != 501 || rep.Sizes[2].Rows != 2*501 || rep.Sizes[0].Bytes <= 0 || rep.Baseline.Tasks == 0 {
+		// Event rows per task: the "enqueued" event is derived from the
+		// task row (schema 12); on PostgreSQL the "attempt started" event
+		// lives there too (schema 14), so only the completion has a row.
+		events := 2
+		if strings.HasPrefix(dsn, "postgres") {
+			events = 1
+		}
+		if rep.Pruned != 500 || len(rep.Sizes) < 3 || rep.Sizes[0].Rows != 501 || rep.Sizes[2].Rows != events*501 || rep.Sizes[0].Bytes <= 0 || rep.Baseline.Tasks == 0 {
 			t.Errorf("%s: %+v", dsn, rep)
 		}
 	}
