@@ -3,14 +3,12 @@ package scheduler_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
@@ -21,16 +19,7 @@ import (
 func TestScheduler_RunDelivery(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { L.Close() })
-	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	L, b := scheduler.OpenTestEnv(t, conformance.Namespace(t))
 	s, err := scheduler.New(b, &scheduler.Config{Ledger: L, Retry: scheduler.RetryPolicy{Base: time.Millisecond, Jitter: scheduler.NoJitter}})
 	if err != nil {
 		t.Fatal(err)

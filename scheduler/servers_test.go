@@ -3,7 +3,6 @@ package scheduler_test
 import (
 	"context"
 	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
 
@@ -22,16 +20,7 @@ import (
 func TestScheduler_RegistersServer(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { L.Close() })
-	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	L, b := scheduler.OpenTestEnv(t, conformance.Namespace(t))
 	s, err := scheduler.New(b, &scheduler.Config{Ledger: L, Slots: 8, Lease: time.Second,
 		Heartbeat: 30 * time.Millisecond, PollWait: 50 * time.Millisecond, WorkerID: "w-test-1"})
 	if err != nil {

@@ -3,15 +3,12 @@ package scheduler
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	_ "github.com/switchyard-dev/switchyard/adapters/embedded" // mem://
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/ledger"
-	"github.com/switchyard-dev/switchyard/ledger/sqlite"
 )
 
 // TestRun_SettlesAfterLongHandler: the bound on the runtime's own calls
@@ -24,16 +21,7 @@ import (
 func TestRun_SettlesAfterLongHandler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	L, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { L.Close() })
-	b, err := broker.Open(ctx, "mem://settle-long-"+time.Now().Format("150405.000000000"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
+	L, b := OpenTestEnv(t, "settle-long-"+time.Now().Format("150405.000000000"))
 	s, err := New(b, &Config{Ledger: L, Slots: 4, Lease: 10 * time.Second, PollWait: 50 * time.Millisecond,
 		Retry: RetryPolicy{Base: time.Millisecond, Max: time.Millisecond}})
 	if err != nil {
