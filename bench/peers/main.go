@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on each run")
 	fs.IntVar(&o.rate, "rate", 0, "pace the per-job rows' publishers to this many tasks/s in all (0: as fast as they go); select rows with --only")
 	runs := fs.Int("runs", 3, "runs of every row (medians are printed)")
-	only := fs.String("only", "", "run only rows whose name contains this (or one of these, separated by |)")
+	only := fs.String("only", "", "run only rows whose name contains this (or one of these, separated by |; one that starts with = names a row exactly)")
 	suite := fs.String("suite", "runtime", "runtime (the rows above), or enqueuetx (EnqueueTx beside river's InsertTx; see enqueuetx.go)")
 	var tx txOptions
 	fs.IntVar(&tx.batch, "tx-batch", 100, "enqueuetx: tasks per transaction in the Many rows")
@@ -144,7 +144,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var selected []row
 	for _, r := range rows {
 		for _, o := range strings.Split(*only, "|") {
-			if strings.Contains(strings.ToLower(r.name), strings.ToLower(strings.TrimSpace(o))) {
+			o = strings.ToLower(strings.TrimSpace(o))
+			name := strings.ToLower(r.name)
+			if exact, ok := strings.CutPrefix(o, "="); ok && name == exact || !ok && strings.Contains(name, o) {
 				selected = append(selected, r)
 				break
 			}
