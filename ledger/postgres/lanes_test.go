@@ -19,13 +19,15 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
 		s.Close()
-		t.Fatalf("schema version %d %v, want 14", v, err)
+		t.Fatalf("schema version %d %v, want 15", v, err)
 	}
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	for _, q := range []string{
+		`ALTER TABLE ledger_tasks DROP COLUMN end_ev_seq, DROP COLUMN end_ev_at, DROP COLUMN end_ev_from, DROP COLUMN end_ev_to,
+			DROP COLUMN end_ev_reason, DROP COLUMN end_ev_detail, DROP COLUMN end_ev_actor`, // 0015
 		`ALTER TABLE ledger_tasks DROP COLUMN run_duration, DROP COLUMN run_outcome, DROP COLUMN run_class, DROP COLUMN run_error, DROP COLUMN run_stack,
 			DROP COLUMN run_ev_seq, DROP COLUMN run_ev_at, DROP COLUMN run_ev_from, DROP COLUMN run_ev_reason, DROP COLUMN run_ev_detail,
 			DROP COLUMN run_ev_actor`, // 0014
@@ -68,8 +70,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version after reopening %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version after reopening %d %v, want 15", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

@@ -98,6 +98,11 @@ func TestOpen_Migrate12(t *testing.T) {
 	// state index, the foreign key of the events, an "enqueued" row for
 	// every task, and a row for every attempt started.
 	for _, q := range []string{
+		`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor
+			FROM ledger_tasks WHERE end_ev_seq IS NOT NULL`, // 0015
+		`ALTER TABLE ledger_tasks DROP COLUMN end_ev_seq, DROP COLUMN end_ev_at, DROP COLUMN end_ev_from, DROP COLUMN end_ev_to,
+			DROP COLUMN end_ev_reason, DROP COLUMN end_ev_detail, DROP COLUMN end_ev_actor`,
 		`INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 			SELECT id, run_attempt, run_worker, run_start, COALESCE(run_duration, 0), COALESCE(run_outcome, ''), COALESCE(run_class, ''),
 				COALESCE(run_error, ''), COALESCE(run_stack, '')
@@ -121,7 +126,7 @@ func TestOpen_Migrate12(t *testing.T) {
 		`DROP TABLE switchyard_pbatch_leases`,
 		`DROP TABLE switchyard_pbatches`,
 		`DROP TABLE switchyard_pbatch_items`,
-		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012, 0013, 0014 are applied again
+		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012 to 0015 are applied again
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
 			s.Close()
@@ -135,8 +140,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version after the migration %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
 	}
 	var idx []string
 	rows, err := s.Pool().Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ledger_tasks' ORDER BY 1`, schema)

@@ -60,6 +60,11 @@ func TestOpen_Migrate14(t *testing.T) {
 	// Back to version 13, as it wrote the ledger: an ended attempt has its
 	// row; the trigger runs per row.
 	for _, q := range []string{
+		`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+			SELECT id, end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor
+			FROM ledger_tasks WHERE end_ev_seq IS NOT NULL`, // 0015
+		`ALTER TABLE ledger_tasks DROP COLUMN end_ev_seq, DROP COLUMN end_ev_at, DROP COLUMN end_ev_from, DROP COLUMN end_ev_to,
+			DROP COLUMN end_ev_reason, DROP COLUMN end_ev_detail, DROP COLUMN end_ev_actor`,
 		`INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 			SELECT id, run_attempt, run_worker, run_start, run_duration, run_outcome, run_class, run_error, run_stack
 			FROM ledger_tasks WHERE run_outcome IS NOT NULL`,
@@ -91,8 +96,8 @@ func TestOpen_Migrate14(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version after the migration %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
 	}
 	if got := read(s); !reflect.DeepEqual(got, before) {
 		t.Fatalf("after the migration:\n%+v\nwant\n%+v", got, before)

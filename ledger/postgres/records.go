@@ -106,11 +106,21 @@ const startEventSQL = `SELECT run_ev_seq AS seq, run_ev_at AS at, run_ev_from AS
 		run_ev_reason AS reason, run_ev_detail AS detail, run_ev_actor AS actor
 	FROM ledger_tasks WHERE id = $1 AND run_ev_seq IS NOT NULL`
 
+// endEventSQL is the event of the last EndRun's move ($1 is the task's
+// ID): since migration 0015 EndRun keeps it in the task row (end_ev_*)
+// and writes its row only when the next EndRun replaces it, so no row has
+// its seq.
+const endEventSQL = `SELECT end_ev_seq AS seq, end_ev_at AS at, end_ev_from AS from_state, end_ev_to AS to_state,
+		end_ev_reason AS reason, end_ev_detail AS detail, end_ev_actor AS actor
+	FROM ledger_tasks WHERE id = $1 AND end_ev_seq IS NOT NULL`
+
 // Events implements front.Backend. An unknown task has no events.
 func (s backend) Events(ctx context.Context, op string, taskID string) ([]ledger.Event, error) {
 	rows, err := s.pool.Query(ctx, enqueuedEventSQL+`
 		UNION ALL
 		`+startEventSQL+`
+		UNION ALL
+		`+endEventSQL+`
 		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = $1
 		ORDER BY 1`, taskID)

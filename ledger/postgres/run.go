@@ -46,6 +46,30 @@ const (
 		FROM u WHERE prev_attempt IS NOT NULL AND prev_attempt <> attempt`
 )
 
+// The event of EndRun's move is kept in the task row (end_ev_*;
+// migration 0015), where Events and ReadStream read it (endEventSQL): no
+// ledger_events row. The one the task row held before (an earlier end of
+// a retried or replayed task) is written as its row then.
+const (
+	prevEndEvCols  = `end_ev_seq AS pe_seq, end_ev_at AS pe_at, end_ev_from AS pe_from, end_ev_to AS pe_to, end_ev_reason AS pe_reason, end_ev_detail AS pe_detail, end_ev_actor AS pe_actor`
+	tPrevEndEvCols = `t.end_ev_seq AS pe_seq, t.end_ev_at AS pe_at, t.end_ev_from AS pe_from, t.end_ev_to AS pe_to, t.end_ev_reason AS pe_reason, t.end_ev_detail AS pe_detail, t.end_ev_actor AS pe_actor`
+	curPrevEndEv   = `cur.pe_seq, cur.pe_at, cur.pe_from, cur.pe_to, cur.pe_reason, cur.pe_detail, cur.pe_actor`
+	// prevEndEventSQL writes the row of the end event the task row held
+	// (u is the task's update, which holds the new one). Its note was sent
+	// when it happened: the trigger sends none for an event that is not
+	// its task's latest (0015).
+	prevEndEventSQL = `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, pe_seq, pe_at, pe_from, pe_to, pe_reason, pe_detail, pe_actor FROM u WHERE pe_seq IS NOT NULL`
+	// endNoteJoin sends the note of the move u made (u.old_state →
+	// u.new_state), as the trigger of 0014 sent it for its event row: same
+	// channel, payload and condition, at commit, once per task in the
+	// order of the rows.
+	endNoteJoin = `LEFT JOIN LATERAL (SELECT pg_notify('sy_' || left(md5(current_schema()), 16),
+			'state|' || u.new_state || '|' || octet_length(u.id) || '|' || u.id)
+		WHERE u.new_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
+			AND u.new_state IS DISTINCT FROM u.old_state) note ON true`
+)
+
 // beginRunSQL is BeginRun in one statement: lock the row, decide the run
 // (store.NextRun's rules, with the lease compared by the database's
 // clock, so that workers on machines whose clocks differ agree), move it
@@ -217,7 +241,7 @@ var attemptShift = strings.NewReplacer("$1", "$14", "$2", "$15", "$3", "$16", "$
 // else as its ledger_attempts row — also when the move is refused (every
 // data-modifying CTE runs).
 var endRunSQL = `WITH cur AS (
-		SELECT id, state AS old_state, ` + runEndHere("$1", "$15::integer") + ` AS here FROM ledger_tasks
+		SELECT id, state AS old_state, ` + runEndHere("$1", "$15::integer") + ` AS here, ` + prevEndEvCols + ` FROM ledger_tasks
 		WHERE id = $1 AND state = ANY($9::text[]) AND ($13::integer <= 0 OR attempt < $13::integer) FOR UPDATE),
 	u AS (
 		UPDATE ledger_tasks t SET state = $2, updated_at = $3, event_seq = t.event_seq + 1,
@@ -226,16 +250,17 @@ var endRunSQL = `WITH cur AS (
 			last_error = COALESCE($7::text, t.last_error),
 			run_at = COALESCE($8::timestamptz, t.run_at),
 			lease_until = CASE WHEN $2 = 'running' THEN t.lease_until ELSE NULL END,
-			` + runEndSet("$16::text", "$17::timestamptz", "$18::bigint", "$19::text", "$20::text", "$21::text", "$22::text") + `
+			` + runEndSet("$16::text", "$17::timestamptz", "$18::bigint", "$19::text", "$20::text", "$21::text", "$22::text") + `,
+			end_ev_seq = t.event_seq + 1, end_ev_at = $3, end_ev_from = cur.old_state, end_ev_to = $2,
+			end_ev_reason = $10, end_ev_detail = $11, end_ev_actor = $12
 		FROM cur WHERE t.id = cur.id
-		RETURNING cur.here, cur.old_state, t.event_seq, ` + tTaskCols + `),
+		RETURNING cur.here, cur.old_state, $2::text AS new_state, ` + curPrevEndEv + `, t.event_seq, ` + tTaskCols + `),
 	a AS (` + attemptShift(finishAttemptSelect) + `
 		WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.here)
 		` + finishAttemptConflict + `),
 	ev AS (
-		INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-		SELECT id, event_seq, $3, old_state, $2, $10, $11, $12 FROM u)
-	SELECT ` + taskCols + ` FROM u`
+		` + prevEndEventSQL + `)
+	SELECT ` + taskCols + ` FROM u ` + endNoteJoin
 
 // endRunLeaseSQL records the attempt and gives its lease up: it ends now
 // (not NULL, which marks a run from before leases), so the next delivery
@@ -260,7 +285,7 @@ var endRunKind = &batchKind{
 		cur AS (
 			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,
 				v.reason, v.detail, v.actor, v.a_worker, v.a_start, v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack,
-				` + runEndHere("v.a_task", "v.a_number") + ` AS here
+				` + runEndHere("v.a_task", "v.a_number") + ` AS here, ` + tPrevEndEvCols + `
 			FROM v JOIN ledger_tasks t ON t.id = v.id
 			WHERE t.state = ANY(string_to_array(v.from_states, ',')) AND (v.below <= 0 OR t.attempt < v.below)
 			ORDER BY t.id FOR UPDATE OF t),
@@ -271,9 +296,11 @@ var endRunKind = &batchKind{
 				last_error = COALESCE(cur.last_error, t.last_error),
 				run_at = COALESCE(cur.run_at, t.run_at),
 				lease_until = CASE WHEN cur.to_state = 'running' THEN t.lease_until ELSE NULL END,
-				` + runEndSet("cur.a_worker", "cur.a_start", "cur.a_duration", "cur.a_outcome", "cur.a_class", "cur.a_error", "cur.a_stack") + `
+				` + runEndSet("cur.a_worker", "cur.a_start", "cur.a_duration", "cur.a_outcome", "cur.a_class", "cur.a_error", "cur.a_stack") + `,
+				end_ev_seq = t.event_seq + 1, end_ev_at = cur.at, end_ev_from = cur.old_state, end_ev_to = cur.to_state,
+				end_ev_reason = cur.reason, end_ev_detail = cur.detail, end_ev_actor = cur.actor
 			FROM cur WHERE t.id = cur.id
-			RETURNING cur.ord, cur.here, cur.old_state, cur.to_state, cur.at AS ev_at, cur.reason, cur.detail, cur.actor, t.event_seq, ` + tTaskCols + `),
+			RETURNING cur.ord, cur.here, cur.old_state, cur.to_state AS new_state, ` + curPrevEndEv + `, t.event_seq, ` + tTaskCols + `),
 		a AS (
 			INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 			SELECT v.a_task, v.a_number, CASE WHEN v.a_worker <> '' THEN v.a_worker ELSE COALESCE(r.run_worker, '') END,
@@ -283,9 +310,8 @@ var endRunKind = &batchKind{
 			ORDER BY v.a_task
 			` + finishAttemptConflict + `),
 		ev AS (
-			INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-			SELECT id, event_seq, ev_at, old_state, to_state, reason, detail, actor FROM u)
-		SELECT ord, ` + taskCols + ` FROM u`,
+			` + prevEndEventSQL + `)
+		SELECT ord, ` + taskCols + ` FROM u ` + endNoteJoin,
 	conv: func(args []any) []any {
 		out := append([]any(nil), args...)
 		out[8] = strings.Join(args[8].([]string), ",")

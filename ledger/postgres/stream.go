@@ -60,6 +60,9 @@ func (s backend) ReadStream(ctx context.Context, op string, taskID string, after
 			FROM (`+startEventSQL+`) r WHERE seq > $2
 		UNION ALL
 		SELECT seq, at, 'state', 0, from_state, to_state, reason, 0::float8, '', NULL::bytea
+			FROM (`+endEventSQL+`) x WHERE seq > $2 AND to_state <> ''
+		UNION ALL
+		SELECT seq, at, 'state', 0, from_state, to_state, reason, 0::float8, '', NULL::bytea
 			FROM ledger_events WHERE task_id = $1 AND seq > $2 AND to_state <> ''
 		UNION ALL
 		SELECT seq, at, kind, attempt, '', '', '', fraction, message, data

@@ -1,0 +1,30 @@
+-- 0015: a task's hot path writes one row (issue 15, seventh pass).
+--
+-- The event of EndRun's move (to completed, failed, dead, retry_wait,
+-- awaiting_review …) is kept in the task row (end_ev_*: its seq, time,
+-- from-state, to-state, reason, detail and actor) instead of a
+-- ledger_events row, as 0014 keeps the start event (run_ev_*); Events and
+-- ReadStream read it from there beside the rows. Its row is written when
+-- the next EndRun replaces it (a retried or replayed task's next end).
+-- Tasks from before have NULL here and their events are all rows.
+ALTER TABLE ledger_tasks ADD COLUMN end_ev_seq bigint, ADD COLUMN end_ev_at timestamptz, ADD COLUMN end_ev_from text,
+	ADD COLUMN end_ev_to text, ADD COLUMN end_ev_reason text, ADD COLUMN end_ev_detail text, ADD COLUMN end_ev_actor text;
+
+-- The note of an event kept in the task row is sent by EndRun's statement
+-- itself (pg_notify, same channel and payload, at commit). The trigger
+-- still sends the notes of the events inserted as rows, but not for an
+-- event row that is not its task's latest event: that is an event the
+-- task row held and a later EndRun wrote as its row, whose note was sent
+-- when it happened. Every other statement that inserts an event makes it
+-- its task's latest (event_seq) in the same statement.
+CREATE OR REPLACE FUNCTION ledger_events_note() RETURNS trigger AS $$
+BEGIN
+	PERFORM pg_notify('sy_' || left(md5(TG_TABLE_SCHEMA), 16),
+		'state|' || n.to_state || '|' || octet_length(n.task_id) || '|' || n.task_id)
+	FROM ledger_events_new n
+	WHERE n.to_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
+		AND n.to_state IS DISTINCT FROM n.from_state
+		AND EXISTS (SELECT 1 FROM ledger_tasks t WHERE t.id = n.task_id AND t.event_seq = n.seq);
+	RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
