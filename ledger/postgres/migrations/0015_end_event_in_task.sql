@@ -28,3 +28,10 @@ BEGIN
 	RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
+
+-- A task's two updates (BeginRun, EndRun) are HOT only when its page has
+-- room for the new versions; at fillfactor 70 (0012) about 0.6 updates a
+-- task were not (each a new entry in every index of the table), more with
+-- the wider row. At 30 nearly all are (TaskCost: 1.99 HOT of 2 updates a
+-- task, WAL −20 %). It applies to the pages written from now on.
+ALTER TABLE ledger_tasks SET (fillfactor = 30);
