@@ -16,8 +16,9 @@ import (
 // per row) with a running, a completed and a retry_wait task is upgraded
 // by Open: every task, its events and attempts read as before; the
 // running task's end and the retried task's next attempt are recorded as
-// version 14 records them and read right; the notify trigger is the
-// statement trigger and a completion still sends its note.
+// version 14 records them and read right; the notify trigger is a row
+// trigger (0014's statement trigger, made a row trigger again by 0015)
+// and a completion still sends its note.
 func TestOpen_Migrate14(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -103,8 +104,8 @@ func TestOpen_Migrate14(t *testing.T) {
 		t.Fatalf("after the migration:\n%+v\nwant\n%+v", got, before)
 	}
 	var perRow bool
-	if err := s.Pool().QueryRow(ctx, `SELECT tgtype & 1 = 1 FROM pg_trigger WHERE tgname = 'ledger_events_note' AND tgrelid = 'ledger_events'::regclass`).Scan(&perRow); err != nil || perRow {
-		t.Fatalf("the notify trigger after the migration: per row %v, %v; want a statement trigger", perRow, err)
+	if err := s.Pool().QueryRow(ctx, `SELECT tgtype & 1 = 1 FROM pg_trigger WHERE tgname = 'ledger_events_note' AND tgrelid = 'ledger_events'::regclass`).Scan(&perRow); err != nil || !perRow {
+		t.Fatalf("the notify trigger after the migration: per row %v, %v; want a row trigger (0015)", perRow, err)
 	}
 	notes, err := s.Listen(ctx)
 	if err != nil {

@@ -12,22 +12,34 @@ ALTER TABLE ledger_tasks ADD COLUMN end_ev_seq bigint, ADD COLUMN end_ev_at time
 
 -- The note of an event kept in the task row is sent by EndRun's statement
 -- itself (pg_notify, same channel and payload, at commit). The trigger
--- still sends the notes of the events inserted as rows, but not for an
--- event row that is not its task's latest event: that is an event the
--- task row held and a later EndRun wrote as its row, whose note was sent
--- when it happened. Every other statement that inserts an event makes it
--- its task's latest (event_seq) in the same statement.
+-- sends the notes of the events inserted as rows (an operator's
+-- Transition, AppendEvent), but not for an event row that is not its
+-- task's latest event: that is an event the task row held and a later
+-- EndRun wrote as its row, whose note was sent when it happened. Every
+-- other statement that inserts an event makes it its task's latest
+-- (event_seq) in the same statement.
+--
+-- It is a row trigger again, with 0010's WHEN clause (checked by the
+-- executor, no call): the hot path's statements (BeginRun, EndRun) insert
+-- no row that notifies, so they no longer pay 0014's statement trigger
+-- (a PL/pgSQL call and a query over the transition table, once per
+-- statement that may insert events, rows or none); an operator's move
+-- that notifies pays one call.
+DROP TRIGGER ledger_events_note ON ledger_events;
 CREATE OR REPLACE FUNCTION ledger_events_note() RETURNS trigger AS $$
 BEGIN
-	PERFORM pg_notify('sy_' || left(md5(TG_TABLE_SCHEMA), 16),
-		'state|' || n.to_state || '|' || octet_length(n.task_id) || '|' || n.task_id)
-	FROM ledger_events_new n
-	WHERE n.to_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
-		AND n.to_state IS DISTINCT FROM n.from_state
-		AND EXISTS (SELECT 1 FROM ledger_tasks t WHERE t.id = n.task_id AND t.event_seq = n.seq);
+	IF EXISTS (SELECT 1 FROM ledger_tasks t WHERE t.id = NEW.task_id AND t.event_seq = NEW.seq) THEN
+		PERFORM pg_notify('sy_' || left(md5(TG_TABLE_SCHEMA), 16),
+			'state|' || NEW.to_state || '|' || octet_length(NEW.task_id) || '|' || NEW.task_id);
+	END IF;
 	RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
+CREATE TRIGGER ledger_events_note AFTER INSERT ON ledger_events
+	FOR EACH ROW
+	WHEN (NEW.to_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
+		AND NEW.to_state IS DISTINCT FROM NEW.from_state)
+	EXECUTE FUNCTION ledger_events_note();
 
 -- A task's two updates (BeginRun, EndRun) are HOT only when its page has
 -- room for the new versions; at fillfactor 70 (0012) about 0.6 updates a
