@@ -15,12 +15,13 @@ import (
 //
 // Every event whose new state is terminal or awaiting_review produces a
 // Note{Topic: TopicState} in the same transaction as the move (a database
-// trigger, so every path — the runtime, an operator, a bulk operation —
-// is covered). Every AppendStream (progress reports, chunks) produces a
-// Note{Topic: TopicStream} in its transaction too, its Detail the offset
-// of the last entry appended, so that followers of a task's stream
-// (Client.Watch) wake when it grows instead of polling. Notify sends
-// other notes.
+// trigger, or the move's own statement where the store keeps the event in
+// the task row, so every path — the runtime, an operator, a bulk
+// operation — is covered). Every AppendStream (progress reports, chunks)
+// produces a Note{Topic: TopicStream} in its transaction too, its Detail
+// the offset of the last entry appended, so that followers of a task's
+// stream (Client.Watch) wake when it grows instead of polling. Notify
+// sends other notes.
 //
 // Delivery is best effort and at most once per listener: a listener that
 // falls behind, or whose connection drops, gets a Note{Topic: TopicGap}

@@ -58,8 +58,10 @@
 //     EndRun makes the move and keeps the attempt's end there too (schema
 //     14: the attempt's row and its start event's row are written when the
 //     next attempt begins; the attempt's at once when it has a row or the
-//     move is refused). A task's
-//     updates touch no indexed column (fillfactor 70), so they can be HOT.
+//     move is refused), and the event of its move (schema 15: its row is
+//     written when the next EndRun replaces it; the statement sends the
+//     move's note itself). A completed task is one row. A task's updates
+//     touch no indexed column (fillfactor 30), so they are HOT.
 //   - Transition: the row is locked only if its state is one of the legal
 //     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,
 //     and the event with the old state appended, all in one statement; a
