@@ -26,9 +26,15 @@ ALTER TABLE ledger_tasks ADD COLUMN end_ev_seq bigint, ADD COLUMN end_ev_at time
 -- statement that may insert events, rows or none); an operator's move
 -- that notifies pays one call.
 DROP TRIGGER ledger_events_note ON ledger_events;
+-- The task is looked up in the trigger's own schema, whatever the
+-- inserting session's search_path.
 CREATE OR REPLACE FUNCTION ledger_events_note() RETURNS trigger AS $$
+DECLARE
+	latest boolean;
 BEGIN
-	IF EXISTS (SELECT 1 FROM ledger_tasks t WHERE t.id = NEW.task_id AND t.event_seq = NEW.seq) THEN
+	EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.ledger_tasks t WHERE t.id = $1 AND t.event_seq = $2)', TG_TABLE_SCHEMA)
+		INTO latest USING NEW.task_id, NEW.seq;
+	IF latest THEN
 		PERFORM pg_notify('sy_' || left(md5(TG_TABLE_SCHEMA), 16),
 			'state|' || NEW.to_state || '|' || octet_length(NEW.task_id) || '|' || NEW.task_id);
 	END IF;
