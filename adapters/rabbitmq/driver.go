@@ -211,6 +211,20 @@ func (d *Driver) declareDelay(ctx context.Context, op, lane string, bucket time.
 	})
 }
 
+// forgetQueue makes the next publish to queue declare it again (the broker
+// returned a message for it unroutable: it was deleted).
+func (d *Driver) forgetQueue(queue string) {
+	d.adminMu.Lock()
+	delete(d.declared, queue)
+	d.adminMu.Unlock()
+	d.lanes.Range(func(lane, v any) bool {
+		if v.(laneDecl).work == queue {
+			d.lanes.Delete(lane)
+		}
+		return true
+	})
+}
+
 // laneDecl is a lane declared on session generation gen (Driver.lanes).
 type laneDecl struct {
 	work string
