@@ -63,12 +63,18 @@ type publisher struct {
 	sem chan struct{}
 
 	retMu    sync.Mutex
-	returned map[string]amqp.Return // by hdrCopy: messages returned unroutable, not yet taken by their caller
+	returned map[string]returnedMsg // by hdrCopy: messages returned unroutable, not yet taken by their caller
 	nret     atomic.Int64           // len(returned), read without the lock on the hot path
 }
 
+// returnedMsg is a message the broker returned, and when.
+type returnedMsg struct {
+	r  amqp.Return
+	at time.Time
+}
+
 func newPublisher(d *Driver) *publisher {
-	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow), returned: map[string]amqp.Return{}}
+	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow), returned: map[string]returnedMsg{}}
 }
 
 // watchReturns records the channel's returned messages. amqp091-go's reader
@@ -80,9 +86,18 @@ func newPublisher(d *Driver) *publisher {
 func (p *publisher) watchReturns(first, second <-chan amqp.Return) {
 	for r := range first {
 		if id, ok := r.Headers[hdrCopy].(string); ok {
+			now := time.Now()
 			p.retMu.Lock()
+			// A record older than the confirm timeout belongs to a caller
+			// that stopped waiting before its return came: drop it.
+			for k, m := range p.returned {
+				if now.Sub(m.at) > 2*p.d.cfg.confirmTimeout {
+					delete(p.returned, k)
+					p.nret.Add(-1)
+				}
+			}
 			if _, dup := p.returned[id]; !dup {
-				p.returned[id] = r
+				p.returned[id] = returnedMsg{r: r, at: now}
 				p.nret.Add(1)
 			}
 			p.retMu.Unlock()
@@ -99,12 +114,12 @@ func (p *publisher) takeReturned(id string) (amqp.Return, bool) {
 	}
 	p.retMu.Lock()
 	defer p.retMu.Unlock()
-	r, ok := p.returned[id]
+	m, ok := p.returned[id]
 	if ok {
 		delete(p.returned, id)
 		p.nret.Add(-1)
 	}
-	return r, ok
+	return m.r, ok
 }
 
 // channel returns the confirm channel of the current connection, opening it
