@@ -88,7 +88,7 @@ func (p *publisher) watchReturns(first, second <-chan amqp.Return) {
 		if id, ok := r.Headers[hdrCopy].(string); ok {
 			now := time.Now()
 			p.retMu.Lock()
-			// A record older than the confirm timeout belongs to a caller
+			// A record older than twice the confirm timeout belongs to a caller
 			// that stopped waiting before its return came: drop it.
 			for k, m := range p.returned {
 				if now.Sub(m.at) > 2*p.d.cfg.confirmTimeout {
