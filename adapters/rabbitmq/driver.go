@@ -32,6 +32,10 @@ type Driver struct {
 	admin    *amqp.Channel
 	adminGen uint64
 	declared map[string]uint64 // queue name → session generation it was declared on
+	// lanes caches, per lane, the work queue's name and the session
+	// generation on which declareLane last succeeded (laneDecl), so that a
+	// publish to a declared lane builds no names or arguments.
+	lanes sync.Map
 
 	consMu    sync.Mutex
 	consumers map[string]*consumer // by queue name
@@ -207,11 +211,49 @@ func (d *Driver) declareDelay(ctx context.Context, op, lane string, bucket time.
 	})
 }
 
+// forgetQueue makes the next publish to queue declare it again (the broker
+// returned a message for it unroutable: it was deleted).
+func (d *Driver) forgetQueue(queue string) {
+	d.adminMu.Lock()
+	delete(d.declared, queue)
+	d.adminMu.Unlock()
+	d.lanes.Range(func(lane, v any) bool {
+		if v.(laneDecl).work == queue {
+			d.lanes.Delete(lane)
+		}
+		return true
+	})
+}
+
+// laneDecl is a lane declared on session generation gen (Driver.lanes).
+type laneDecl struct {
+	work string
+	gen  uint64
+}
+
+// workQueueDeclared returns the lane's work queue, declaring the lane's
+// queues first unless they were declared on the current connection.
+func (d *Driver) workQueueDeclared(ctx context.Context, op, lane string) (string, error) {
+	s, err := d.conn.current(op)
+	if err != nil {
+		return "", err
+	}
+	if v, ok := d.lanes.Load(lane); ok && v.(laneDecl).gen == s.gen {
+		return v.(laneDecl).work, nil
+	}
+	if err := d.declareLane(ctx, op, lane); err != nil {
+		return "", err
+	}
+	work := d.cfg.workQueue(lane)
+	d.lanes.Store(lane, laneDecl{work: work, gen: s.gen})
+	return work, nil
+}
+
 // route returns the queue a message goes to after delay and fills in the
 // per-message TTL when it is delayed.
 func (d *Driver) route(ctx context.Context, op, lane string, delay time.Duration, pub *amqp.Publishing) (string, error) {
 	if delay <= 0 {
-		return d.cfg.workQueue(lane), d.declareLane(ctx, op, lane)
+		return d.workQueueDeclared(ctx, op, lane)
 	}
 	q, err := d.declareDelay(ctx, op, lane, bucketFor(delay))
 	pub.Expiration = expiration(delay)

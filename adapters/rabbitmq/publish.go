@@ -50,16 +50,76 @@ type outMsg struct {
 
 // publisher owns the confirm-mode channel. Many goroutines publish on it at
 // once; together they keep at most confirmWindow publishes unconfirmed.
+//
+// Every publish is mandatory: a message the broker cannot route (its queue
+// was deleted behind the driver's back) comes back as a basic.return just
+// before its positive confirm, and is its own call's error (returned), never
+// a confirmed and silently dropped message.
 type publisher struct {
 	d   *Driver
 	mu  sync.Mutex
 	ch  *amqp.Channel
 	gen uint64
 	sem chan struct{}
+
+	retMu    sync.Mutex
+	returned map[string]returnedMsg // by hdrCopy: messages returned unroutable, not yet taken by their caller
+	nret     atomic.Int64           // len(returned), read without the lock on the hot path
+}
+
+// returnedMsg is a message the broker returned, and when.
+type returnedMsg struct {
+	r  amqp.Return
+	at time.Time
 }
 
 func newPublisher(d *Driver) *publisher {
-	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow)}
+	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow), returned: map[string]returnedMsg{}}
+}
+
+// watchReturns records the channel's returned messages. amqp091-go's reader
+// goroutine hands a return to each listener in turn, blocking, before it
+// reads the confirm that follows it; a return is recorded after it is
+// received from first and before it is received from second, so by the
+// time the reader goroutine goes on to the message's confirm (and wakes its
+// caller) the record is made.
+func (p *publisher) watchReturns(first, second <-chan amqp.Return) {
+	for r := range first {
+		if id, ok := r.Headers[hdrCopy].(string); ok {
+			now := time.Now()
+			p.retMu.Lock()
+			// A record older than twice the confirm timeout belongs to a caller
+			// that stopped waiting before its return came: drop it.
+			for k, m := range p.returned {
+				if now.Sub(m.at) > 2*p.d.cfg.confirmTimeout {
+					delete(p.returned, k)
+					p.nret.Add(-1)
+				}
+			}
+			if _, dup := p.returned[id]; !dup {
+				p.returned[id] = returnedMsg{r: r, at: now}
+				p.nret.Add(1)
+			}
+			p.retMu.Unlock()
+		}
+		<-second
+	}
+}
+
+// takeReturned removes and returns the record of the message with copy ID
+// id, if the broker returned it.
+func (p *publisher) takeReturned(id string) (amqp.Return, bool) {
+	if p.nret.Load() == 0 {
+		return amqp.Return{}, false
+	}
+	p.retMu.Lock()
+	defer p.retMu.Unlock()
+	m, ok := p.returned[id]
+	if ok {
+		delete(p.returned, id)
+		p.nret.Add(-1)
+	}
+	return m.r, ok
 }
 
 // channel returns the confirm channel of the current connection, opening it
@@ -91,6 +151,11 @@ func (p *publisher) channel(ctx context.Context, op string) (*amqp.Channel, erro
 			ch.Close() // no one else has it
 			return nil, classify(op, err)
 		}
+		// Two unbuffered listeners: see watchReturns. amqp091-go closes
+		// both when the channel closes.
+		first := ch.NotifyReturn(make(chan amqp.Return))
+		second := ch.NotifyReturn(make(chan amqp.Return))
+		go p.watchReturns(first, second)
 		p.ch, p.gen = ch, s.gen
 		return ch, nil
 	}, nil)
@@ -121,7 +186,14 @@ func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error 
 		defer func() { <-p.sem }()
 		select {
 		case <-pd.dc.Done():
+			r, returned := p.takeReturned(copyOf(msgs[pd.i].pub))
 			if pd.dc.Acked() {
+				if returned {
+					// Unroutable: not stored. The queue is declared again
+					// on the next publish.
+					p.d.forgetQueue(msgs[pd.i].queue)
+					errs[pd.i] = broker.Errorf(op, broker.Transient, "broker returned the message unroutable (%d %s): queue %s does not exist", r.ReplyCode, r.ReplyText, msgs[pd.i].queue)
+				}
 				return
 			}
 			if ch.IsClosed() {
@@ -130,6 +202,7 @@ func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error 
 			}
 			errs[pd.i] = broker.Errorf(op, broker.Transient, "broker refused the message (negative confirm)")
 		case <-cctx.Done():
+			p.takeReturned(copyOf(msgs[pd.i].pub)) // the caller stops waiting: drop any record
 			cause := cctx.Err()
 			if ctx.Err() == nil {
 				cause = fmt.Errorf("no publish confirm within %s: %w", p.d.cfg.confirmTimeout, cause)
@@ -164,7 +237,15 @@ send:
 				break send
 			}
 		}
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", msgs[i].queue, false, false, msgs[i].pub)
+		if copyOf(msgs[i].pub) == "" {
+			// Every publish carries a copy ID, by which its return (if
+			// unroutable) is told apart from the others'.
+			if msgs[i].pub.Headers == nil {
+				msgs[i].pub.Headers = amqp.Table{}
+			}
+			msgs[i].pub.Headers[hdrCopy] = newCopyID()
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", msgs[i].queue, true, false, msgs[i].pub)
 		if err != nil || dc == nil {
 			<-p.sem
 			if err == nil {
@@ -179,6 +260,12 @@ send:
 		wait(pend[head])
 	}
 	return errs
+}
+
+// copyOf returns pub's copy ID (hdrCopy), or "".
+func copyOf(pub amqp.Publishing) string {
+	id, _ := pub.Headers[hdrCopy].(string)
+	return id
 }
 
 // sendOne publishes one message and returns its error.
