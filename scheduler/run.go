@@ -77,9 +77,16 @@ func (o *opCtx) restart() {
 	}
 }
 
-// run executes one delivery and settles it with the broker and the ledger.
+// run executes one delivery, settles it with the broker and the ledger,
+// and releases its slots.
 func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	defer s.finished(l, t)
+	s.execute(ctx, t)
+}
+
+// execute executes one delivery and settles it with the broker and the
+// ledger; the caller releases its slots.
+func (s *Scheduler) execute(ctx context.Context, t *task) {
 	d := t.d
 	op := newOpCtx(ctx, s.opTimeout)
 	defer op.restart()

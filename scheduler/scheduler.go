@@ -38,7 +38,6 @@ type Scheduler struct {
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
 	runCtx    context.Context
-	cancelRun context.CancelFunc
 	fetchWG   sync.WaitGroup
 	runWG     sync.WaitGroup
 	loopWG    sync.WaitGroup
@@ -227,7 +226,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.fetchCtx, s.stopFetch = context.WithCancel(context.WithoutCancel(ctx))
-	s.runCtx, s.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+	// Never cancelled as a whole (cancelAll cancels each running task):
+	// a context without cancellation keeps each task's own context from
+	// registering with it, a lock and a map write per task start and end.
+	s.runCtx = context.WithoutCancel(ctx)
 	for _, name := range s.order {
 		l := s.lanes[name]
 		if l.def.Manual {
@@ -300,6 +302,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
 	var pacer receivePacer // see pace.go
+	var wait *time.Timer    // the fallback of the wait for room, reused
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -307,11 +310,18 @@ func (s *Scheduler) fetch(l *laneState) {
 		paused := l.isPaused()
 		s.mu.Unlock()
 		if room <= 0 || !low || paused {
+			if wait == nil {
+				wait = time.NewTimer(time.Second)
+			} else {
+				wait.Reset(time.Second)
+			}
 			select {
 			case <-ctx.Done():
+				wait.Stop()
 				return
 			case <-l.more:
-			case <-time.After(time.Second):
+				wait.Stop()
+			case <-wait.C:
 			}
 			continue
 		}
@@ -364,12 +374,13 @@ func (s *Scheduler) costOf(kind string) int {
 	return 1
 }
 
-// dispatch gives free slots to lanes by the policy.
+// dispatch gives free slots to lanes by the policy. A worker whose task
+// ends takes the next one itself (workers.go); dispatch starts tasks when
+// deliveries arrive, a lane is resumed, or age promotion acts.
 func (s *Scheduler) dispatch() {
 	defer s.loopWG.Done()
 	tick := time.NewTicker(50 * time.Millisecond) // lets age promotion act without events
 	defer tick.Stop()
-	states := make([]lanes.LaneState, 0, len(s.order))
 	for {
 		select {
 		case <-s.fetchCtx.Done():
@@ -378,54 +389,82 @@ func (s *Scheduler) dispatch() {
 		case <-tick.C:
 		}
 		for {
-			s.mu.Lock()
-			if s.stopping {
-				s.mu.Unlock()
-				return
-			}
-			states = states[:0]
-			for _, name := range s.order {
-				l := s.lanes[name]
-				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.isPaused(), P90: l.p90}
-				if len(l.buf) > 0 {
-					h := l.buf[0].d
-					st.OldestReady = h.EnqueuedAt
-					if h.RunAt.After(st.OldestReady) {
-						st.OldestReady = h.RunAt
-					}
-					st.Cost = l.buf[0].cost
-				}
-				states = append(states, st)
-			}
-			name, ok := s.policy.Next(s.cfg.Now(), states)
+			it, ok := s.next(nil, nil)
 			if !ok {
-				s.mu.Unlock()
 				break
 			}
-			l := s.lanes[name]
-			t := l.buf[0]
-			l.buf = l.buf[1:]
-			if t.leaseEnded(time.Now()) {
-				// Its lease ran out while it waited here (the extensions
-				// kept failing): the broker may have handed it to another
-				// worker, or to this one again. Never start it; its
-				// redelivery runs instead, as after leaseLost.
-				s.mu.Unlock()
-				s.cfg.Logger.Warn("switchyard: lease ran out before the task started", "task", t.d.ID, "lane", t.d.Lane)
-				s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
-				continue
-			}
-			l.running += t.cost
-			s.used += t.cost
-			ctx, cancel := context.WithCancelCause(s.runCtx)
-			t.cancel = cancel
-			t.started = time.Now()
-			s.running[t] = struct{}{}
-			s.runWG.Add(1)
-			s.mu.Unlock()
-			signal(l.more)
-			s.startRun(runItem{ctx, l, t}) // workers.go
+			s.startRun(it) // workers.go
 		}
+	}
+}
+
+// next gives a free slot to the lane the policy picks and takes that
+// lane's oldest buffered task, when there is one to start. With done set,
+// it first releases the slots of done, a task of lane dl that ended, in
+// the same critical section. Callers start the returned task.
+func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
+	var states [8]lanes.LaneState
+	s.mu.Lock()
+	if done != nil {
+		dl.recordDuration(time.Since(done.started))
+		dl.running -= done.cost
+		s.used -= done.cost
+		delete(s.running, done)
+	}
+	for {
+		if s.stopping {
+			s.mu.Unlock()
+			return runItem{}, false
+		}
+		st := states[:0]
+		for _, name := range s.order {
+			l := s.lanes[name]
+			ls := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.isPaused(), P90: l.p90}
+			if len(l.buf) > 0 {
+				h := l.buf[0].d
+				ls.OldestReady = h.EnqueuedAt
+				if h.RunAt.After(ls.OldestReady) {
+					ls.OldestReady = h.RunAt
+				}
+				ls.Cost = l.buf[0].cost
+			}
+			st = append(st, ls)
+		}
+		name, ok := s.policy.Next(s.cfg.Now(), st)
+		if !ok {
+			s.mu.Unlock()
+			return runItem{}, false
+		}
+		l := s.lanes[name]
+		t := l.buf[0]
+		l.buf[0] = nil
+		l.buf = l.buf[1:]
+		if t.leaseEnded(time.Now()) {
+			// Its lease ran out while it waited here (the extensions
+			// kept failing): the broker may have handed it to another
+			// worker, or to this one again. Never start it; its
+			// redelivery runs instead, as after leaseLost.
+			s.mu.Unlock()
+			s.cfg.Logger.Warn("switchyard: lease ran out before the task started", "task", t.d.ID, "lane", t.d.Lane)
+			s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
+			s.mu.Lock()
+			continue
+		}
+		l.running += t.cost
+		s.used += t.cost
+		ctx, cancel := context.WithCancelCause(s.runCtx)
+		t.cancel = cancel
+		t.started = time.Now()
+		s.running[t] = struct{}{}
+		s.runWG.Add(1)
+		// Wake the lane's fetch loop only when it waits for this: the
+		// buffer down to the low-water mark.
+		low := len(l.buf) <= s.cfg.Prefetch/2
+		s.mu.Unlock()
+		if low {
+			signal(l.more)
+		}
+		return runItem{ctx, l, t}, true
 	}
 }
 
@@ -440,6 +479,19 @@ func (s *Scheduler) finished(l *laneState, t *task) {
 	t.cancel(nil)
 	s.runWG.Done()
 	s.poke()
+}
+
+// finishedNext releases t's slots and takes the next task to start, if
+// any, under one lock: the worker that ran t runs it, without waking the
+// dispatch loop and handing it over.
+func (s *Scheduler) finishedNext(l *laneState, t *task) (runItem, bool) {
+	it, ok := s.next(l, t)
+	t.cancel(nil)
+	s.runWG.Done()
+	if !ok {
+		s.poke()
+	}
+	return it, ok
 }
 
 // newTask is a received delivery held by the scheduler.

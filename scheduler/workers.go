@@ -40,7 +40,13 @@ func (s *Scheduler) startRun(it runItem) {
 func (s *Scheduler) worker(it runItem) {
 	var idle *time.Timer
 	for {
-		s.run(it.ctx, it.l, it.t)
+		s.execute(it.ctx, it.t)
+		// The slot it held goes to the next task at once, on this
+		// goroutine, when one is waiting.
+		if nxt, ok := s.finishedNext(it.l, it.t); ok {
+			it = nxt
+			continue
+		}
 		if idle == nil {
 			idle = time.NewTimer(workerIdle)
 		} else {
