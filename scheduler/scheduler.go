@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +27,7 @@ type Scheduler struct {
 	lanes    map[string]*laneState
 	order    []string // lane names in policy order
 	used     int      // slots in use
-	running  map[*task]struct{}
+	running  []*task  // each at its task.slot
 	started  bool
 	stopping bool
 
@@ -63,9 +62,10 @@ type laneState struct {
 	more         chan struct{} // room in buf, or resumed
 
 	// Recent task durations, for the policy's lending rule (LaneState.P90).
-	durs  [durWindow]time.Duration
-	ndurs int           // how many were recorded in all
-	p90   time.Duration // recomputed every durEvery completions
+	durs    [durWindow]time.Duration
+	scratch [durWindow]time.Duration // recordDuration's working copy
+	ndurs   int                      // how many were recorded in all
+	p90     time.Duration            // recomputed every durEvery completions
 }
 
 const (
@@ -85,10 +85,52 @@ func (l *laneState) recordDuration(d time.Duration) {
 		l.p90 = 0 // too few to say: the lane does not borrow yet
 		return
 	}
-	sorted := make([]time.Duration, n)
-	copy(sorted, l.durs[:n])
-	slices.Sort(sorted)
-	l.p90 = sorted[(n*9)/10]
+	a := l.scratch[:n]
+	copy(a, l.durs[:n])
+	l.p90 = nthDuration(a, (n*9)/10)
+}
+
+// nthDuration returns the element that would be at index k were a sorted
+// (a quickselect: a is reordered, not sorted).
+func nthDuration(a []time.Duration, k int) time.Duration {
+	lo, hi := 0, len(a)-1
+	for lo < hi {
+		// Median of three as the pivot: sorted input stays linear.
+		m := lo + (hi-lo)/2
+		if a[m] < a[lo] {
+			a[m], a[lo] = a[lo], a[m]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[m] {
+			a[hi], a[m] = a[m], a[hi]
+		}
+		pivot := a[m]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < pivot {
+				i++
+			}
+			for a[j] > pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return a[k] // between the halves: equal to the pivot
+		}
+	}
+	return a[k]
 }
 
 // task is one delivery held by the scheduler, buffered or running.
@@ -108,6 +150,9 @@ type task struct {
 	// knows (heartbeat goroutine only).
 	run         atomic.Int64
 	ledgerUntil time.Time
+	// slot is t's index in Scheduler.running while it runs, else -1
+	// (guarded by Scheduler.mu).
+	slot int
 }
 
 // errLeaseLost is the cause given to a handler's context when its lease
@@ -140,7 +185,6 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 		b: b, cfg: c, policy: p,
 		handlers:  map[string]handlerEntry{},
 		lanes:     map[string]*laneState{},
-		running:   map[*task]struct{}{},
 		wake:      make(chan struct{}, 1),
 		idle:      make(chan runItem),
 		opTimeout: opTimeout,
@@ -302,7 +346,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
 	var pacer receivePacer // see pace.go
-	var wait *time.Timer    // the fallback of the wait for room, reused
+	var wait *time.Timer   // the fallback of the wait for room, reused
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -409,7 +453,7 @@ func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
 		dl.recordDuration(time.Since(done.started))
 		dl.running -= done.cost
 		s.used -= done.cost
-		delete(s.running, done)
+		s.removeRunning(done)
 	}
 	for {
 		if s.stopping {
@@ -455,7 +499,7 @@ func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
 		ctx, cancel := context.WithCancelCause(s.runCtx)
 		t.cancel = cancel
 		t.started = time.Now()
-		s.running[t] = struct{}{}
+		s.addRunning(t)
 		s.runWG.Add(1)
 		// Wake the lane's fetch loop only when it waits for this: the
 		// buffer down to the low-water mark.
@@ -474,7 +518,7 @@ func (s *Scheduler) finished(l *laneState, t *task) {
 	l.recordDuration(time.Since(t.started))
 	l.running -= t.cost
 	s.used -= t.cost
-	delete(s.running, t)
+	s.removeRunning(t)
 	s.mu.Unlock()
 	t.cancel(nil)
 	s.runWG.Done()
@@ -494,9 +538,33 @@ func (s *Scheduler) finishedNext(l *laneState, t *task) (runItem, bool) {
 	return it, ok
 }
 
+// addRunning records t as running; callers hold s.mu.
+func (s *Scheduler) addRunning(t *task) {
+	t.slot = len(s.running)
+	s.running = append(s.running, t)
+}
+
+// removeRunning records that t no longer runs; callers hold s.mu.
+func (s *Scheduler) removeRunning(t *task) {
+	if !s.isRunning(t) {
+		return
+	}
+	last := len(s.running) - 1
+	s.running[t.slot] = s.running[last]
+	s.running[t.slot].slot = t.slot
+	s.running[last] = nil
+	s.running = s.running[:last]
+	t.slot = -1
+}
+
+// isRunning reports whether t runs; callers hold s.mu.
+func (s *Scheduler) isRunning(t *task) bool {
+	return t.slot >= 0 && t.slot < len(s.running) && s.running[t.slot] == t
+}
+
 // newTask is a received delivery held by the scheduler.
 func newTask(d *broker.Delivery, cost int) *task {
-	t := &task{d: d, cost: cost}
+	t := &task{d: d, cost: cost, slot: -1}
 	t.setLease(d.LeaseDeadline)
 	return t
 }
@@ -537,7 +605,7 @@ func (s *Scheduler) heartbeat() {
 func (s *Scheduler) extendAll() {
 	s.mu.Lock()
 	var held []*task
-	for t := range s.running {
+	for _, t := range s.running {
 		held = append(held, t)
 	}
 	nrunning := len(held)
@@ -676,7 +744,7 @@ func (s *Scheduler) prune() {
 // or drops a buffered one.
 func (s *Scheduler) leaseLost(t *task) {
 	s.mu.Lock()
-	_, running := s.running[t]
+	running := s.isRunning(t)
 	if !running {
 		for _, l := range s.lanes {
 			for i, b := range l.buf {
@@ -786,7 +854,7 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 func (s *Scheduler) cancelAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for t := range s.running {
+	for _, t := range s.running {
 		t.cancel(cause)
 	}
 }
