@@ -407,7 +407,20 @@ func (s *Scheduler) fetch(l *laneState) {
 			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
 		}
 		s.mu.Unlock()
-		s.poke()
+		// Start what the free slots take here, rather than wake the
+		// dispatch loop to do it: one goroutine wake-up less a receive.
+		s.startReady()
+	}
+}
+
+// startReady starts buffered tasks while the policy gives them free slots.
+func (s *Scheduler) startReady() {
+	for {
+		it, ok := s.next(nil, nil)
+		if !ok {
+			return
+		}
+		s.startRun(it) // workers.go
 	}
 }
 
@@ -418,9 +431,11 @@ func (s *Scheduler) costOf(kind string) int {
 	return 1
 }
 
-// dispatch gives free slots to lanes by the policy. A worker whose task
-// ends takes the next one itself (workers.go); dispatch starts tasks when
-// deliveries arrive, a lane is resumed, or age promotion acts.
+// dispatch gives free slots to lanes by the policy when a lane is
+// resumed, a slot is freed outside a worker (RunDelivery), or age
+// promotion acts. A worker whose task ends takes the next one itself
+// (finishedNext), and a fetch loop starts what its receive brought
+// (startReady): neither wakes this loop.
 func (s *Scheduler) dispatch() {
 	defer s.loopWG.Done()
 	tick := time.NewTicker(50 * time.Millisecond) // lets age promotion act without events
@@ -432,13 +447,7 @@ func (s *Scheduler) dispatch() {
 		case <-s.wake:
 		case <-tick.C:
 		}
-		for {
-			it, ok := s.next(nil, nil)
-			if !ok {
-				break
-			}
-			s.startRun(it) // workers.go
-		}
+		s.startReady()
 	}
 }
 
@@ -527,14 +536,13 @@ func (s *Scheduler) finished(l *laneState, t *task) {
 
 // finishedNext releases t's slots and takes the next task to start, if
 // any, under one lock: the worker that ran t runs it, without waking the
-// dispatch loop and handing it over.
+// dispatch loop and handing it over. When there is none, nothing can
+// start now with the slots freed: the dispatch loop need not look again
+// (a delivery, a resume or the promotion tick will make it).
 func (s *Scheduler) finishedNext(l *laneState, t *task) (runItem, bool) {
 	it, ok := s.next(l, t)
 	t.cancel(nil)
 	s.runWG.Done()
-	if !ok {
-		s.poke()
-	}
 	return it, ok
 }
 
