@@ -44,6 +44,9 @@ type Scheduler struct {
 	stopped   chan struct{}
 	acks      *acker
 	hist      history // per-lane, per-minute counts for ledger.History (history.go)
+	// countHist: the ledger keeps a history, so hist is written somewhere;
+	// without one, counting would only fill hist up to its bound.
+	countHist bool
 }
 
 type handlerEntry struct {
@@ -189,6 +192,7 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 		idle:      make(chan runItem),
 		opTimeout: opTimeout,
 		stopped:   make(chan struct{}),
+		countHist: ledger.HistoryOf(c.Ledger) != nil,
 	}
 	for _, l := range c.Lanes {
 		s.lanes[l.Name] = &laneState{def: l, more: make(chan struct{}, 1)}
@@ -492,7 +496,8 @@ func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
 		t := l.buf[0]
 		l.buf[0] = nil
 		l.buf = l.buf[1:]
-		if t.leaseEnded(time.Now()) {
+		now := time.Now()
+		if t.leaseEnded(now) {
 			// Its lease ran out while it waited here (the extensions
 			// kept failing): the broker may have handed it to another
 			// worker, or to this one again. Never start it; its
@@ -507,7 +512,7 @@ func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
 		s.used += t.cost
 		ctx, cancel := context.WithCancelCause(s.runCtx)
 		t.cancel = cancel
-		t.started = time.Now()
+		t.started = now
 		s.addRunning(t)
 		s.runWG.Add(1)
 		// Wake the lane's fetch loop only when it waits for this: the
@@ -772,15 +777,26 @@ func (s *Scheduler) leaseLost(t *task) {
 
 func (s *Scheduler) observe(e Event) {
 	switch e.Type {
+	case EventSucceeded, EventRetried, EventDead:
+		if !s.countHist {
+			break
+		}
+		s.countEvent(e)
+	}
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(e)
+	}
+}
+
+// countEvent counts a finished outcome for the ledger's history.
+func (s *Scheduler) countEvent(e Event) {
+	switch e.Type {
 	case EventSucceeded:
 		s.hist.count(s.cfg.Now(), e.Lane, true, false, false)
 	case EventRetried:
 		s.hist.count(s.cfg.Now(), e.Lane, true, true, false)
 	case EventDead:
 		s.hist.count(s.cfg.Now(), e.Lane, e.ran, e.ran, true)
-	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer(e)
 	}
 }
 
