@@ -374,12 +374,16 @@ func (s *Scheduler) fetch(l *laneState) {
 			continue
 		}
 		if d := pacer.pause(room); d > 0 {
-			t := time.NewTimer(d)
+			if wait == nil {
+				wait = time.NewTimer(d)
+			} else {
+				wait.Reset(d)
+			}
 			select {
 			case <-ctx.Done():
-				t.Stop()
+				wait.Stop()
 				return
-			case <-t.C:
+			case <-wait.C:
 			}
 		}
 		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
