@@ -71,8 +71,8 @@ func (o *opCtx) get() context.Context {
 
 // runCtx is a handler's context: its parent's cancellation, deadline and
 // values, plus the run state that Step, Effect and SetResult find under
-// runKey. It holds the Job too, so that a task's job, run state and
-// context are one allocation.
+// runKey. It holds the Job too, and lives in its task (task.rc), so that
+// a delivery's task, job, run state and context are one allocation.
 type runCtx struct {
 	context.Context
 	job Job
@@ -122,7 +122,7 @@ func (s *Scheduler) execute(ctx context.Context, t *task) {
 		return
 	}
 
-	rc := &runCtx{} // the job, its run state and the handler's context in one allocation
+	rc := &t.rc // the job, its run state and the handler's context: no allocation of their own
 	job := &rc.job
 	*job = Job{ID: d.ID, Kind: d.Kind, Lane: d.Lane, Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
 		Attempt: d.Attempt, MaxAttempts: s.maxAttempts(d, h), EnqueuedAt: d.EnqueuedAt}

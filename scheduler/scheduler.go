@@ -156,6 +156,9 @@ type task struct {
 	// slot is t's index in Scheduler.running while it runs, else -1
 	// (guarded by Scheduler.mu).
 	slot int
+	// rc is the handler's context, job and run state (run.go), filled in
+	// by execute, which runs a task once.
+	rc runCtx
 }
 
 // errLeaseLost is the cause given to a handler's context when its lease
