@@ -120,7 +120,7 @@ func (s *Scheduler) watchCancels(cw *cancelWatch) {
 func (s *Scheduler) cancelRunning(id string) {
 	s.mu.Lock()
 	var hit []*task
-	for t := range s.running {
+	for _, t := range s.running {
 		if t.d.ID == id && t.run.Load() > 0 && t.cancel != nil {
 			hit = append(hit, t)
 		}
@@ -137,7 +137,7 @@ func (s *Scheduler) cancelRunning(id string) {
 func (s *Scheduler) checkRunning(ctx context.Context) {
 	s.mu.Lock()
 	var ids []string
-	for t := range s.running {
+	for _, t := range s.running {
 		if t.run.Load() > 0 {
 			ids = append(ids, t.d.ID)
 		}

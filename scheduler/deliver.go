@@ -49,7 +49,7 @@ func (s *Scheduler) RunDelivery(ctx context.Context, d *broker.Delivery) error {
 	t.cancel = cancel
 	l.running += t.cost
 	s.used += t.cost
-	s.running[t] = struct{}{}
+	s.addRunning(t)
 	s.runWG.Add(1)
 	s.mu.Unlock()
 

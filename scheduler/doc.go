@@ -4,8 +4,10 @@
 // # What it does
 //
 // One pull loop per lane keeps a small buffer of leased deliveries
-// (Config.Prefetch). A dispatcher gives each free slot to a lane chosen by
-// lanes.Policy from what waits and how long it has waited: reserved slots
+// (Config.Prefetch). Each free slot goes to a lane chosen by lanes.Policy
+// (by the worker whose task freed it, the pull loop whose receive filled
+// the buffer, or the dispatch loop) from what waits and how long it has
+// waited: reserved slots
 // first, then age-promoted lanes, minimum shares and weights. The handler
 // runs with a context that is cancelled when the task's lease is lost, its
 // timeout or deadline passes, or StopAndCancel is called. A heartbeat

@@ -52,21 +52,38 @@ const opTimeout = 30 * time.Second
 // expired context. Used by run's goroutine only.
 type opCtx struct {
 	limit  time.Duration
-	parent context.Context
+	parent context.Context // the task context, cancellation and all
 	ctx    context.Context
 	cancel context.CancelFunc
 }
 
 func newOpCtx(ctx context.Context, limit time.Duration) *opCtx {
-	return &opCtx{limit: limit, parent: context.WithoutCancel(ctx)}
+	return &opCtx{limit: limit, parent: ctx}
 }
 
 // get returns the context, starting its opTimeout bound on first use.
 func (o *opCtx) get() context.Context {
 	if o.ctx == nil {
-		o.ctx, o.cancel = context.WithTimeout(o.parent, o.limit)
+		o.ctx, o.cancel = context.WithTimeout(context.WithoutCancel(o.parent), o.limit)
 	}
 	return o.ctx
+}
+
+// runCtx is a handler's context: its parent's cancellation, deadline and
+// values, plus the run state that Step, Effect and SetResult find under
+// runKey. It holds the Job too, and lives in its task (task.rc), so that
+// a delivery's task, job, run state and context are one allocation.
+type runCtx struct {
+	context.Context
+	job Job
+	rs  runState
+}
+
+func (c *runCtx) Value(key any) any {
+	if _, ok := key.(runKey); ok {
+		return &c.rs
+	}
+	return c.Context.Value(key)
 }
 
 // restart ends the current bound; the next get starts a new one.
@@ -77,9 +94,16 @@ func (o *opCtx) restart() {
 	}
 }
 
-// run executes one delivery and settles it with the broker and the ledger.
+// run executes one delivery, settles it with the broker and the ledger,
+// and releases its slots.
 func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 	defer s.finished(l, t)
+	s.execute(ctx, t)
+}
+
+// execute executes one delivery and settles it with the broker and the
+// ledger; the caller releases its slots.
+func (s *Scheduler) execute(ctx context.Context, t *task) {
 	d := t.d
 	op := newOpCtx(ctx, s.opTimeout)
 	defer op.restart()
@@ -98,7 +122,9 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		return
 	}
 
-	job := &Job{ID: d.ID, Kind: d.Kind, Lane: d.Lane, Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
+	rc := &t.rc // the job, its run state and the handler's context: no allocation of their own
+	job := &rc.job
+	*job = Job{ID: d.ID, Kind: d.Kind, Lane: d.Lane, Tenant: d.Tenant, Args: d.Body, Headers: d.Headers,
 		Attempt: d.Attempt, MaxAttempts: s.maxAttempts(d, h), EnqueuedAt: d.EnqueuedAt}
 	if v := d.Headers[HeaderReview]; v != "" {
 		var r Review
@@ -149,8 +175,10 @@ func (s *Scheduler) run(ctx context.Context, l *laneState, t *task) {
 		hctx, c = context.WithDeadline(hctx, dl)
 		defer c()
 	}
-	rs := &runState{s: s, task: d.ID, tenant: d.Tenant, attempt: attempt, sandbox: job.Sandbox}
-	hctx = context.WithValue(hctx, runKey{}, rs)
+	rs := &rc.rs
+	rs.s, rs.task, rs.tenant, rs.attempt, rs.sandbox = s, d.ID, d.Tenant, attempt, job.Sandbox
+	rc.Context = hctx
+	hctx = rc
 	start := time.Now()
 	result, out := s.call(hctx, h.fn, job)
 	dur := time.Since(start)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,7 +27,7 @@ type Scheduler struct {
 	lanes    map[string]*laneState
 	order    []string // lane names in policy order
 	used     int      // slots in use
-	running  map[*task]struct{}
+	running  []*task  // each at its task.slot
 	started  bool
 	stopping bool
 
@@ -38,7 +37,6 @@ type Scheduler struct {
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
 	runCtx    context.Context
-	cancelRun context.CancelFunc
 	fetchWG   sync.WaitGroup
 	runWG     sync.WaitGroup
 	loopWG    sync.WaitGroup
@@ -46,6 +44,9 @@ type Scheduler struct {
 	stopped   chan struct{}
 	acks      *acker
 	hist      history // per-lane, per-minute counts for ledger.History (history.go)
+	// countHist: the ledger keeps a history, so hist is written somewhere;
+	// without one, counting would only fill hist up to its bound.
+	countHist bool
 }
 
 type handlerEntry struct {
@@ -64,9 +65,10 @@ type laneState struct {
 	more         chan struct{} // room in buf, or resumed
 
 	// Recent task durations, for the policy's lending rule (LaneState.P90).
-	durs  [durWindow]time.Duration
-	ndurs int           // how many were recorded in all
-	p90   time.Duration // recomputed every durEvery completions
+	durs    [durWindow]time.Duration
+	scratch [durWindow]time.Duration // recordDuration's working copy
+	ndurs   int                      // how many were recorded in all
+	p90     time.Duration            // recomputed every durEvery completions
 }
 
 const (
@@ -86,10 +88,52 @@ func (l *laneState) recordDuration(d time.Duration) {
 		l.p90 = 0 // too few to say: the lane does not borrow yet
 		return
 	}
-	sorted := make([]time.Duration, n)
-	copy(sorted, l.durs[:n])
-	slices.Sort(sorted)
-	l.p90 = sorted[(n*9)/10]
+	a := l.scratch[:n]
+	copy(a, l.durs[:n])
+	l.p90 = nthDuration(a, (n*9)/10)
+}
+
+// nthDuration returns the element that would be at index k were a sorted
+// (a quickselect: a is reordered, not sorted).
+func nthDuration(a []time.Duration, k int) time.Duration {
+	lo, hi := 0, len(a)-1
+	for lo < hi {
+		// Median of three as the pivot: sorted input stays linear.
+		m := lo + (hi-lo)/2
+		if a[m] < a[lo] {
+			a[m], a[lo] = a[lo], a[m]
+		}
+		if a[hi] < a[lo] {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if a[hi] < a[m] {
+			a[hi], a[m] = a[m], a[hi]
+		}
+		pivot := a[m]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] < pivot {
+				i++
+			}
+			for a[j] > pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case k <= j:
+			hi = j
+		case k >= i:
+			lo = i
+		default:
+			return a[k] // between the halves: equal to the pivot
+		}
+	}
+	return a[k]
 }
 
 // task is one delivery held by the scheduler, buffered or running.
@@ -109,6 +153,12 @@ type task struct {
 	// knows (heartbeat goroutine only).
 	run         atomic.Int64
 	ledgerUntil time.Time
+	// slot is t's index in Scheduler.running while it runs, else -1
+	// (guarded by Scheduler.mu).
+	slot int
+	// rc is the handler's context, job and run state (run.go), filled in
+	// by execute, which runs a task once.
+	rc runCtx
 }
 
 // errLeaseLost is the cause given to a handler's context when its lease
@@ -141,11 +191,11 @@ func New(b *broker.Broker, cfg *Config) (*Scheduler, error) {
 		b: b, cfg: c, policy: p,
 		handlers:  map[string]handlerEntry{},
 		lanes:     map[string]*laneState{},
-		running:   map[*task]struct{}{},
 		wake:      make(chan struct{}, 1),
 		idle:      make(chan runItem),
 		opTimeout: opTimeout,
 		stopped:   make(chan struct{}),
+		countHist: ledger.HistoryOf(c.Ledger) != nil,
 	}
 	for _, l := range c.Lanes {
 		s.lanes[l.Name] = &laneState{def: l, more: make(chan struct{}, 1)}
@@ -227,7 +277,10 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.fetchCtx, s.stopFetch = context.WithCancel(context.WithoutCancel(ctx))
-	s.runCtx, s.cancelRun = context.WithCancel(context.WithoutCancel(ctx))
+	// Never cancelled as a whole (cancelAll cancels each running task):
+	// a context without cancellation keeps each task's own context from
+	// registering with it, a lock and a map write per task start and end.
+	s.runCtx = context.WithoutCancel(ctx)
 	for _, name := range s.order {
 		l := s.lanes[name]
 		if l.def.Manual {
@@ -300,6 +353,7 @@ func (s *Scheduler) fetch(l *laneState) {
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
 	var pacer receivePacer // see pace.go
+	var wait *time.Timer   // the fallback of the wait for room, reused
 	for ctx.Err() == nil {
 		s.mu.Lock()
 		room := s.cfg.Prefetch - len(l.buf)
@@ -307,21 +361,32 @@ func (s *Scheduler) fetch(l *laneState) {
 		paused := l.isPaused()
 		s.mu.Unlock()
 		if room <= 0 || !low || paused {
+			if wait == nil {
+				wait = time.NewTimer(time.Second)
+			} else {
+				wait.Reset(time.Second)
+			}
 			select {
 			case <-ctx.Done():
+				wait.Stop()
 				return
 			case <-l.more:
-			case <-time.After(time.Second):
+				wait.Stop()
+			case <-wait.C:
 			}
 			continue
 		}
 		if d := pacer.pause(room); d > 0 {
-			t := time.NewTimer(d)
+			if wait == nil {
+				wait = time.NewTimer(d)
+			} else {
+				wait.Reset(d)
+			}
 			select {
 			case <-ctx.Done():
-				t.Stop()
+				wait.Stop()
 				return
-			case <-t.C:
+			case <-wait.C:
 			}
 		}
 		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
@@ -353,7 +418,20 @@ func (s *Scheduler) fetch(l *laneState) {
 			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
 		}
 		s.mu.Unlock()
-		s.poke()
+		// Start what the free slots take here, rather than wake the
+		// dispatch loop to do it: one goroutine wake-up less a receive.
+		s.startReady()
+	}
+}
+
+// startReady starts buffered tasks while the policy gives them free slots.
+func (s *Scheduler) startReady() {
+	for {
+		it, ok := s.next(nil, nil)
+		if !ok {
+			return
+		}
+		s.startRun(it) // workers.go
 	}
 }
 
@@ -364,12 +442,15 @@ func (s *Scheduler) costOf(kind string) int {
 	return 1
 }
 
-// dispatch gives free slots to lanes by the policy.
+// dispatch gives free slots to lanes by the policy when a lane is
+// resumed, a slot is freed outside a worker (RunDelivery), or age
+// promotion acts. A worker whose task ends takes the next one itself
+// (finishedNext), and a fetch loop starts what its receive brought
+// (startReady): neither wakes this loop.
 func (s *Scheduler) dispatch() {
 	defer s.loopWG.Done()
 	tick := time.NewTicker(50 * time.Millisecond) // lets age promotion act without events
 	defer tick.Stop()
-	states := make([]lanes.LaneState, 0, len(s.order))
 	for {
 		select {
 		case <-s.fetchCtx.Done():
@@ -377,55 +458,78 @@ func (s *Scheduler) dispatch() {
 		case <-s.wake:
 		case <-tick.C:
 		}
-		for {
-			s.mu.Lock()
-			if s.stopping {
-				s.mu.Unlock()
-				return
-			}
-			states = states[:0]
-			for _, name := range s.order {
-				l := s.lanes[name]
-				st := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.isPaused(), P90: l.p90}
-				if len(l.buf) > 0 {
-					h := l.buf[0].d
-					st.OldestReady = h.EnqueuedAt
-					if h.RunAt.After(st.OldestReady) {
-						st.OldestReady = h.RunAt
-					}
-					st.Cost = l.buf[0].cost
-				}
-				states = append(states, st)
-			}
-			name, ok := s.policy.Next(s.cfg.Now(), states)
-			if !ok {
-				s.mu.Unlock()
-				break
-			}
-			l := s.lanes[name]
-			t := l.buf[0]
-			l.buf = l.buf[1:]
-			if t.leaseEnded(time.Now()) {
-				// Its lease ran out while it waited here (the extensions
-				// kept failing): the broker may have handed it to another
-				// worker, or to this one again. Never start it; its
-				// redelivery runs instead, as after leaseLost.
-				s.mu.Unlock()
-				s.cfg.Logger.Warn("switchyard: lease ran out before the task started", "task", t.d.ID, "lane", t.d.Lane)
-				s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
-				continue
-			}
-			l.running += t.cost
-			s.used += t.cost
-			ctx, cancel := context.WithCancelCause(s.runCtx)
-			t.cancel = cancel
-			t.started = time.Now()
-			s.running[t] = struct{}{}
-			s.runWG.Add(1)
+		s.startReady()
+	}
+}
+
+// next gives a free slot to the lane the policy picks and takes that
+// lane's oldest buffered task, when there is one to start. With done set,
+// it first releases the slots of done, a task of lane dl that ended, in
+// the same critical section. Callers start the returned task.
+func (s *Scheduler) next(dl *laneState, done *task) (runItem, bool) {
+	var states [8]lanes.LaneState
+	s.mu.Lock()
+	if done != nil {
+		dl.recordDuration(time.Since(done.started))
+		dl.running -= done.cost
+		s.used -= done.cost
+		s.removeRunning(done)
+	}
+	for {
+		if s.stopping {
 			s.mu.Unlock()
-			signal(l.more)
-			s.startRun(runItem{ctx, l, t}) // workers.go
+			return runItem{}, false
 		}
+		st := states[:0]
+		for _, name := range s.order {
+			l := s.lanes[name]
+			ls := lanes.LaneState{Name: name, Running: l.running, Waiting: len(l.buf) > 0, Paused: l.isPaused(), P90: l.p90}
+			if len(l.buf) > 0 {
+				h := l.buf[0].d
+				ls.OldestReady = h.EnqueuedAt
+				if h.RunAt.After(ls.OldestReady) {
+					ls.OldestReady = h.RunAt
+				}
+				ls.Cost = l.buf[0].cost
+			}
+			st = append(st, ls)
+		}
+		name, ok := s.policy.Next(s.cfg.Now(), st)
+		if !ok {
+			s.mu.Unlock()
+			return runItem{}, false
+		}
+		l := s.lanes[name]
+		t := l.buf[0]
+		l.buf[0] = nil
+		l.buf = l.buf[1:]
+		now := time.Now()
+		if t.leaseEnded(now) {
+			// Its lease ran out while it waited here (the extensions
+			// kept failing): the broker may have handed it to another
+			// worker, or to this one again. Never start it; its
+			// redelivery runs instead, as after leaseLost.
+			s.mu.Unlock()
+			s.cfg.Logger.Warn("switchyard: lease ran out before the task started", "task", t.d.ID, "lane", t.d.Lane)
+			s.observe(Event{Type: EventLeaseLost, TaskID: t.d.ID, Kind: t.d.Kind, Lane: t.d.Lane, Attempt: t.d.Attempt})
+			s.mu.Lock()
+			continue
+		}
+		l.running += t.cost
+		s.used += t.cost
+		ctx, cancel := context.WithCancelCause(s.runCtx)
+		t.cancel = cancel
+		t.started = now
+		s.addRunning(t)
+		s.runWG.Add(1)
+		// Wake the lane's fetch loop only when it waits for this: the
+		// buffer down to the low-water mark.
+		low := len(l.buf) <= s.cfg.Prefetch/2
+		s.mu.Unlock()
+		if low {
+			signal(l.more)
+		}
+		return runItem{ctx, l, t}, true
 	}
 }
 
@@ -435,16 +539,52 @@ func (s *Scheduler) finished(l *laneState, t *task) {
 	l.recordDuration(time.Since(t.started))
 	l.running -= t.cost
 	s.used -= t.cost
-	delete(s.running, t)
+	s.removeRunning(t)
 	s.mu.Unlock()
 	t.cancel(nil)
 	s.runWG.Done()
 	s.poke()
 }
 
+// finishedNext releases t's slots and takes the next task to start, if
+// any, under one lock: the worker that ran t runs it, without waking the
+// dispatch loop and handing it over. When there is none, nothing can
+// start now with the slots freed: the dispatch loop need not look again
+// (a delivery, a resume or the promotion tick will make it).
+func (s *Scheduler) finishedNext(l *laneState, t *task) (runItem, bool) {
+	it, ok := s.next(l, t)
+	t.cancel(nil)
+	s.runWG.Done()
+	return it, ok
+}
+
+// addRunning records t as running; callers hold s.mu.
+func (s *Scheduler) addRunning(t *task) {
+	t.slot = len(s.running)
+	s.running = append(s.running, t)
+}
+
+// removeRunning records that t no longer runs; callers hold s.mu.
+func (s *Scheduler) removeRunning(t *task) {
+	if !s.isRunning(t) {
+		return
+	}
+	last := len(s.running) - 1
+	s.running[t.slot] = s.running[last]
+	s.running[t.slot].slot = t.slot
+	s.running[last] = nil
+	s.running = s.running[:last]
+	t.slot = -1
+}
+
+// isRunning reports whether t runs; callers hold s.mu.
+func (s *Scheduler) isRunning(t *task) bool {
+	return t.slot >= 0 && t.slot < len(s.running) && s.running[t.slot] == t
+}
+
 // newTask is a received delivery held by the scheduler.
 func newTask(d *broker.Delivery, cost int) *task {
-	t := &task{d: d, cost: cost}
+	t := &task{d: d, cost: cost, slot: -1}
 	t.setLease(d.LeaseDeadline)
 	return t
 }
@@ -485,7 +625,7 @@ func (s *Scheduler) heartbeat() {
 func (s *Scheduler) extendAll() {
 	s.mu.Lock()
 	var held []*task
-	for t := range s.running {
+	for _, t := range s.running {
 		held = append(held, t)
 	}
 	nrunning := len(held)
@@ -624,7 +764,7 @@ func (s *Scheduler) prune() {
 // or drops a buffered one.
 func (s *Scheduler) leaseLost(t *task) {
 	s.mu.Lock()
-	_, running := s.running[t]
+	running := s.isRunning(t)
 	if !running {
 		for _, l := range s.lanes {
 			for i, b := range l.buf {
@@ -644,15 +784,26 @@ func (s *Scheduler) leaseLost(t *task) {
 
 func (s *Scheduler) observe(e Event) {
 	switch e.Type {
+	case EventSucceeded, EventRetried, EventDead:
+		if !s.countHist {
+			break
+		}
+		s.countEvent(e)
+	}
+	if s.cfg.Observer != nil {
+		s.cfg.Observer(e)
+	}
+}
+
+// countEvent counts a finished outcome for the ledger's history.
+func (s *Scheduler) countEvent(e Event) {
+	switch e.Type {
 	case EventSucceeded:
 		s.hist.count(s.cfg.Now(), e.Lane, true, false, false)
 	case EventRetried:
 		s.hist.count(s.cfg.Now(), e.Lane, true, true, false)
 	case EventDead:
 		s.hist.count(s.cfg.Now(), e.Lane, e.ran, e.ran, true)
-	}
-	if s.cfg.Observer != nil {
-		s.cfg.Observer(e)
 	}
 }
 
@@ -734,7 +885,7 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 func (s *Scheduler) cancelAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for t := range s.running {
+	for _, t := range s.running {
 		t.cancel(cause)
 	}
 }

@@ -46,7 +46,7 @@ func (s *Scheduler) serverRecord(started time.Time) (ledger.Server, []string, []
 	s.mu.Lock()
 	busy := min(s.used, s.cfg.Slots)
 	running := make([]broker.RunningTask, 0, len(s.running))
-	for t := range s.running {
+	for _, t := range s.running {
 		if len(running) == broker.MaxServerRunning {
 			break
 		}

@@ -6,8 +6,10 @@ import (
 )
 
 // Task goroutines are reused. A task runs on a worker goroutine that, once
-// the task is settled, waits up to workerIdle for the next one before it
-// ends. A fresh goroutine per task starts on the smallest stack and grows it
+// the task is settled, releases its slots and takes the next buffered task
+// the policy gives a slot to, in the same critical section (finishedNext),
+// without handing it to another goroutine; when none can start, it waits up
+// to workerIdle for one handed to it before it ends. A fresh goroutine per task starts on the smallest stack and grows it
 // again for every task (decoding a task's JSON arguments alone takes it
 // past the first size): in the ledger-off runtime benchmark the stack
 // copies were about 6 % of the process's CPU. A worker keeps its grown
@@ -40,7 +42,13 @@ func (s *Scheduler) startRun(it runItem) {
 func (s *Scheduler) worker(it runItem) {
 	var idle *time.Timer
 	for {
-		s.run(it.ctx, it.l, it.t)
+		s.execute(it.ctx, it.t)
+		// The slot it held goes to the next task at once, on this
+		// goroutine, when one is waiting.
+		if nxt, ok := s.finishedNext(it.l, it.t); ok {
+			it = nxt
+			continue
+		}
 		if idle == nil {
 			idle = time.NewTimer(workerIdle)
 		} else {
