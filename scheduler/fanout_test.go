@@ -89,7 +89,7 @@ func (w *cappedDriver) snapshot() (calls, maxFlight, maxAsked, solo, zeroWait in
 	return w.calls, w.maxFlight, w.maxAsked, w.solo, w.zeroWait
 }
 
-// runCapped publishes n tasks to the interactive lane of a broker whose
+// runCapped publishes a backlog of n tasks to the interactive lane of a broker whose
 // receives w caps, runs them through a scheduler (Prefetch 80: room for
 // eight batches of ten) and waits until all have run.
 func runCapped(t *testing.T, w *cappedDriver, n int) *scheduler.Scheduler {
@@ -105,9 +105,11 @@ func runCapped(t *testing.T, w *cappedDriver, n int) *scheduler.Scheduler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
+	// A backlog: enqueued a minute ago (fanout.go starts receivers only
+	// for messages that waited).
 	msgs := make([]*broker.Message, n)
 	for i := range msgs {
-		msgs[i] = &broker.Message{Kind: "k", Lane: "interactive"}
+		msgs[i] = &broker.Message{Kind: "k", Lane: "interactive", EnqueuedAt: time.Now().Add(-time.Minute)}
 	}
 	if _, err := b.Publish(ctx, msgs...); err != nil {
 		t.Fatal(err)

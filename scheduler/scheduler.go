@@ -332,8 +332,10 @@ func (s *Scheduler) fetch(l *laneState) {
 			case <-t.C:
 			}
 		}
+		sent := time.Now()
 		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: ask, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-		pacer.received(time.Now(), len(ds), ask, err)
+		now := time.Now()
+		pacer.received(now, len(ds), ask, err)
 		if err != nil {
 			s.mu.Lock()
 			f.reserved -= ask
@@ -361,7 +363,7 @@ func (s *Scheduler) fetch(l *laneState) {
 		for _, d := range ds {
 			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
 		}
-		more := s.spawn(l, f, ask, len(ds))
+		more := s.spawn(l, f, ask, ds, now.Sub(sent), now)
 		if more {
 			s.fetchWG.Add(1) // Stop waits in fetchWG.Wait, after this loop's own count
 		}
