@@ -346,21 +346,29 @@ func (s *Scheduler) poke() { signal(s.wake) }
 // fetch keeps lane's buffer topped up. It receives once the buffer is down
 // to half of Config.Prefetch (the low-water mark), for as many as fit: under
 // load a slot freed at a time would otherwise mean a receive of one message
-// at a time.
+// at a time. On a broker that caps a receive below that, full receives
+// start more receivers beside this loop (fanout.go).
 func (s *Scheduler) fetch(l *laneState) {
 	defer s.fetchWG.Done()
 	ctx := s.fetchCtx
 	backoff := 100 * time.Millisecond
 	lowWater := s.cfg.Prefetch / 2
+	caps := s.b.Capabilities()
+	f := &fetchState{batch: caps.MaxBatch, fan: fanOutFor(s.cfg.Prefetch, caps)}
 	var pacer receivePacer // see pace.go
 	var wait *time.Timer   // the fallback of the wait for room, reused
 	for ctx.Err() == nil {
 		s.mu.Lock()
-		room := s.cfg.Prefetch - len(l.buf)
+		room := s.cfg.Prefetch - len(l.buf) - f.reserved
 		low := len(l.buf) <= lowWater
 		paused := l.isPaused()
+		ask := 0
+		if room > 0 && low && !paused {
+			ask = f.ask(room)
+			f.reserved += ask
+		}
 		s.mu.Unlock()
-		if room <= 0 || !low || paused {
+		if ask == 0 {
 			if wait == nil {
 				wait = time.NewTimer(time.Second)
 			} else {
@@ -376,7 +384,7 @@ func (s *Scheduler) fetch(l *laneState) {
 			}
 			continue
 		}
-		if d := pacer.pause(room); d > 0 {
+		if d := pacer.pause(ask); d > 0 {
 			if wait == nil {
 				wait = time.NewTimer(d)
 			} else {
@@ -389,9 +397,14 @@ func (s *Scheduler) fetch(l *laneState) {
 			case <-wait.C:
 			}
 		}
-		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: room, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-		pacer.received(time.Now(), len(ds), room, err)
+		sent := time.Now()
+		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: ask, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
+		now := time.Now()
+		pacer.received(now, len(ds), ask, err)
 		if err != nil {
+			s.mu.Lock()
+			f.reserved -= ask
+			s.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
@@ -405,10 +418,8 @@ func (s *Scheduler) fetch(l *laneState) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		if len(ds) == 0 {
-			continue
-		}
 		s.mu.Lock()
+		f.reserved -= ask
 		if s.stopping {
 			s.mu.Unlock()
 			s.returnUnstarted(ds)
@@ -417,7 +428,14 @@ func (s *Scheduler) fetch(l *laneState) {
 		for _, d := range ds {
 			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
 		}
+		more := s.spawn(l, f, ask, ds, now.Sub(sent), now)
+		if more {
+			s.fetchWG.Add(1) // Stop waits in fetchWG.Wait, after this loop's own count
+		}
 		s.mu.Unlock()
+		if more {
+			go s.receiveMore(l, f)
+		}
 		// Start what the free slots take here, rather than wake the
 		// dispatch loop to do it: one goroutine wake-up less a receive.
 		s.startReady()

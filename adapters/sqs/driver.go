@@ -74,6 +74,9 @@ type laneQueues struct {
 	// and whether this driver runs its mover.
 	delayURL string
 	moving   bool
+	// livePace and deadPace space the short polls of the two queues
+	// (receive.go).
+	livePace, deadPace pollPace
 }
 
 // Open opens a driver from an sqs:// URL (see the package documentation).
