@@ -518,3 +518,87 @@ func TestPiece(t *testing.T) {
 		t.Errorf("sql(2) = %q, width %d", got, m.width)
 	}
 }
+
+// TestGroup_LateWritesJoin: writes queued while a group's statements run
+// join that group's transaction before its COMMIT (without the group
+// waiting for any), in as many rounds as they keep arriving; a late write
+// refused by its own guard gets its own error, the others land, and every
+// caller is answered after the one commit.
+func TestGroup_LateWritesJoin(t *testing.T) {
+	t.Parallel()
+	s := heldWriter(t)
+	ctx := context.Background()
+	queued := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "l"})
+	s.reqs = make(chan *writeReq, 8) // a queue the test can see
+	// waitQueued waits until n writes are queued.
+	waitQueued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); len(s.reqs) < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d writes queued", len(s.reqs), n)
+			}
+		}
+	}
+	type outcome struct {
+		t   *ledger.Task
+		err error
+	}
+	first := make(chan outcome, 1)
+	go func() {
+		tk, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "l", Args: []byte("first")})
+		first <- outcome{tk, err}
+	}()
+	waitQueued(1)
+	g := []*writeReq{<-s.reqs}
+	// Queued after the group was formed: they join it before its commit.
+	late := make(chan outcome, 3)
+	go func() {
+		tk, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "l", Args: []byte("late")})
+		late <- outcome{tk, err}
+	}()
+	go func() {
+		tk, err := s.BeginRun(ctx, ledger.RunStart{ID: queued.ID, Attempt: 1, Worker: "w", Lease: time.Minute})
+		late <- outcome{tk, err}
+	}()
+	go func() {
+		_, err := s.BeginRun(ctx, ledger.RunStart{ID: "no-such-task", Attempt: 1, Worker: "w", Lease: time.Minute})
+		late <- outcome{nil, err}
+	}()
+	waitQueued(3)
+	txns0, writes0 := s.txns.Load(), s.writes.Load()
+	joins0 := s.lateJoins.Load()
+	s.runGroup(g)
+	if txns, writes, joins := s.txns.Load()-txns0, s.writes.Load()-writes0, s.lateJoins.Load()-joins0; txns != 1 || writes != 4 || joins != 3 {
+		t.Errorf("one group: %d transactions, %d writes, %d late; want 1, 4, 3", txns, writes, joins)
+	}
+	if n := len(s.reqs); n != 0 {
+		t.Errorf("%d writes left queued", n)
+		for range n {
+			s.runGroup([]*writeReq{<-s.reqs})
+		}
+	}
+	if o := <-first; o.err != nil || string(o.t.Args) != "first" {
+		t.Errorf("the group's write: %+v, %v", o.t, o.err)
+	}
+	var created, begun, refused int
+	for range 3 {
+		o := <-late
+		switch {
+		case errors.Is(o.err, ledger.ErrNotFound):
+			refused++
+		case o.err != nil:
+			t.Errorf("late write: %v", o.err)
+		case o.t.State == ledger.Running:
+			begun++
+			sameAsStored(t, s, "late begin", o.t)
+		case string(o.t.Args) == "late":
+			created++
+			if got, err := s.Get(ctx, o.t.ID); err != nil || string(got.Args) != "late" {
+				t.Errorf("late create: stored %+v, %v", got, err)
+			}
+		}
+	}
+	if created != 1 || begun != 1 || refused != 1 {
+		t.Errorf("late writes: %d created, %d begun, %d refused; want 1 each", created, begun, refused)
+	}
+}

@@ -152,7 +152,10 @@ type Store struct {
 	// batches counts the grouped statements (batch.go) that completed,
 	// batchWrites their writes, splits those undone by an error.
 	batches, batchWrites, splits atomic.Int64
-	rs                           readStmts
+	// lateJoins counts the writes a group took in before its commit
+	// (writer.go, runGroup).
+	lateJoins atomic.Int64
+	rs        readStmts
 
 	hubOnce sync.Once
 	hub     *store.Hub // ledger.Notes listeners (notes.go)

@@ -16,7 +16,8 @@ import (
 // its own SAVEPOINT, so a failing write rolls back alone, and one COMMIT
 // (one fsync) makes the whole group durable before any caller hears
 // "done". Serially this costs what one transaction per write costs; under
-// concurrency it divides the fsyncs by the group size.
+// concurrency it divides the fsyncs by the group size. Writes that arrive
+// while a group's statements run join it before its COMMIT (runGroup).
 //
 // A write's statements run with a background context: a caller whose
 // context ends while its write waits in the queue gets the context error
@@ -91,67 +92,143 @@ func (s *Store) writeLoop() {
 	}
 }
 
+// maxLateRounds bounds how many times a group takes in the writes that
+// arrived while it ran (lateWrites).
+const maxLateRounds = 4
+
 // runGroup runs the writes of g in one transaction and answers each.
+//
+// Before its COMMIT the group takes in the writes that arrived while its
+// statements ran (without waiting for any: only those already queued),
+// runs them in the same transaction, and does so again, up to
+// maxLateRounds times and maxGroup writes in all. Without it, a write
+// that arrives just after a group started waits for that group's
+// statements and its commit (the fsync), then for its own group's: with
+// it, it shares the commit it would have waited for. Each write is still
+// answered only after the COMMIT that holds it; a write of a task that an
+// earlier write of the transaction touched runs after it and sees it, as
+// within one round.
 func (s *Store) runGroup(g []*writeReq) {
-	live := g[:0:0]
-	for _, r := range g {
-		if r.state.CompareAndSwap(reqQueued, reqTaken) {
-			live = append(live, r)
-		}
-	}
+	live := takeLive(g[:0:0], g)
 	if len(live) == 0 {
 		return
 	}
 	s.txns.Add(1)
-	s.writes.Add(int64(len(live)))
 	ctx := context.Background()
 	errs := make([]error, len(live))
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
+		s.writes.Add(int64(len(live)))
 		for _, r := range live {
 			r.done <- err
 		}
 		return
 	}
+	// done is the number of writes of live that have run.
+	done := 0
 	if len(live) == 1 {
+		// A write alone needs no savepoint: its error rolls the
+		// transaction back, and nothing else is in it.
 		errs[0] = call(ctx, tx, live[0].fn)
 		if errs[0] != nil {
 			tx.Rollback()
+			s.writes.Add(1)
 			live[0].done <- errs[0]
 			return
 		}
-		live[0].done <- tx.Commit()
-		return
+		done = 1
 	}
-	idx := make(map[*writeReq]int, len(live))
+	for round := 0; ; round++ {
+		if done < len(live) {
+			if !s.runWrites(ctx, tx, live, errs, done) {
+				s.writes.Add(int64(len(live)))
+				return
+			}
+			done = len(live)
+		}
+		if round == maxLateRounds || len(live) >= maxGroup {
+			break
+		}
+		n := len(live)
+		live = s.lateWrites(live)
+		if len(live) == n {
+			break
+		}
+		s.lateJoins.Add(int64(len(live) - n))
+		errs = append(errs, make([]error, len(live)-n)...)
+	}
+	s.writes.Add(int64(len(live)))
+	cerr := tx.Commit()
 	for i, r := range live {
-		idx[r] = i
+		if errs[i] == nil {
+			errs[i] = cerr
+		}
+		r.done <- errs[i]
 	}
-	// alone runs one write in its own savepoint; false means the
-	// transaction failed (the group was answered).
+}
+
+// takeLive appends to live the writes of g whose callers still wait,
+// marking them taken.
+func takeLive(live, g []*writeReq) []*writeReq {
+	for _, r := range g {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			live = append(live, r)
+		}
+	}
+	return live
+}
+
+// lateWrites appends to live the writes queued now, up to maxGroup in
+// all, without waiting for any.
+func (s *Store) lateWrites(live []*writeReq) []*writeReq {
+	for len(live) < maxGroup {
+		select {
+		case r := <-s.reqs:
+			live = takeLive(live, []*writeReq{r})
+		default:
+			return live
+		}
+	}
+	return live
+}
+
+// runWrites runs the writes live[from:] in tx, each in its own savepoint
+// or grouped statement (batch.go), setting their outcomes in errs. False
+// means the transaction failed: it was rolled back and every write of
+// live answered.
+func (s *Store) runWrites(ctx context.Context, tx *sql.Tx, live []*writeReq, errs []error, from int) bool {
+	idx := make(map[*writeReq]int, len(live)-from)
+	for i := from; i < len(live); i++ {
+		idx[live[i]] = i
+	}
+	failGroup := func(err error) bool {
+		tx.Rollback()
+		for _, r := range live {
+			r.done <- err
+		}
+		return false
+	}
+	// alone runs one write in its own savepoint.
 	alone := func(r *writeReq) bool {
 		i := idx[r]
 		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
-			s.failGroup(tx, live, err)
-			return false
+			return failGroup(err)
 		}
 		errs[i] = call(ctx, tx, r.fn)
 		if errs[i] != nil {
 			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
-				s.failGroup(tx, live, err)
-				return false
+				return failGroup(err)
 			}
 		}
 		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
-			s.failGroup(tx, live, err)
-			return false
+			return failGroup(err)
 		}
 		return true
 	}
-	for _, st := range planGroup(live) {
+	for _, st := range planGroup(live[from:]) {
 		if st.kind == nil {
 			if !alone(st.reqs[0]) {
-				return
+				return false
 			}
 			continue
 		}
@@ -159,8 +236,7 @@ func (s *Store) runGroup(g []*writeReq) {
 		// (not a write's own refusal) undoes it and splits it, every
 		// write then running alone.
 		if _, err := s.txExec(ctx, tx, "SAVEPOINT w"); err != nil {
-			s.failGroup(tx, live, err)
-			return
+			return failGroup(err)
 		}
 		for _, r := range st.reqs {
 			r.err = nil
@@ -168,19 +244,17 @@ func (s *Store) runGroup(g []*writeReq) {
 		berr := callBatch(ctx, s, tx, st.kind, st.reqs)
 		if berr != nil {
 			if _, err := s.txExec(ctx, tx, "ROLLBACK TO w"); err != nil {
-				s.failGroup(tx, live, err)
-				return
+				return failGroup(err)
 			}
 		}
 		if _, err := s.txExec(ctx, tx, "RELEASE w"); err != nil {
-			s.failGroup(tx, live, err)
-			return
+			return failGroup(err)
 		}
 		if berr != nil {
 			s.splits.Add(1)
 			for _, r := range st.reqs {
 				if !alone(r) {
-					return
+					return false
 				}
 			}
 			continue
@@ -191,13 +265,7 @@ func (s *Store) runGroup(g []*writeReq) {
 			errs[idx[r]] = r.err
 		}
 	}
-	cerr := tx.Commit()
-	for i, r := range live {
-		if errs[i] == nil {
-			errs[i] = cerr
-		}
-		r.done <- errs[i]
-	}
+	return true
 }
 
 // call runs fn, turning a panic into an error so that the writer
@@ -209,13 +277,6 @@ func call(ctx context.Context, tx *sql.Tx, fn writeFn) (err error) {
 		}
 	}()
 	return fn(ctx, tx)
-}
-
-func (s *Store) failGroup(tx *sql.Tx, live []*writeReq, err error) {
-	tx.Rollback()
-	for _, r := range live {
-		r.done <- err
-	}
 }
 
 // prepareUnready prepares, between transactions, the statements first
