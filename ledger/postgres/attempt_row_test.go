@@ -46,18 +46,7 @@ func attemptsOf(t *testing.T, s *Store, id string) string {
 // still sends its own note.
 func TestEndRun_AttemptInTaskRow(t *testing.T) {
 	t.Parallel()
-	s := heldGroups(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	notes, err := s.Listen(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func() string {
-		tk := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"})
-		mustBegin(t, s, tk.ID)
-		return tk.ID
-	}
+	s, ctx, notes, mk := runRowEnv(t)
 	end := func(id string, attempt int, to ledger.State, outcome string, below int) error {
 		req := ledger.RunEnd{Attempt: ledger.Attempt{TaskID: id, Number: attempt, Outcome: outcome, Class: "c-" + outcome,
 			Error: "e-" + outcome, Duration: time.Duration(attempt) * time.Millisecond},
@@ -265,5 +254,24 @@ func TestBeginRun_StartEventInTaskRow(t *testing.T) {
 	// next EndRun.
 	if n := eventRows(t, s, a); n != 1 {
 		t.Errorf("retried task: %d event rows, want 1 (the first start)", n)
+	}
+}
+
+// runRowEnv is the run-row tests' store (groups held, heldGroups), a
+// context that ends with the test (30 s at most), the store's notes, and
+// mk, which creates a task and begins its run.
+func runRowEnv(t *testing.T) (*Store, context.Context, <-chan ledger.Note, func() string) {
+	t.Helper()
+	s := heldGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	notes, err := s.Listen(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ctx, notes, func() string {
+		tk := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"})
+		mustBegin(t, s, tk.ID)
+		return tk.ID
 	}
 }

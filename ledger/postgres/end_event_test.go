@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -19,18 +18,7 @@ import (
 // "dead" a second time.
 func TestEndRun_EndEventInTaskRow(t *testing.T) {
 	t.Parallel()
-	s := heldGroups(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	notes, err := s.Listen(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func() string {
-		tk := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"})
-		mustBegin(t, s, tk.ID)
-		return tk.ID
-	}
+	s, ctx, notes, mk := runRowEnv(t)
 	end := func(id string, attempt int, to ledger.State, reason string) func() {
 		return func() {
 			tr := &ledger.TransitionRequest{ID: id, From: []ledger.State{ledger.Running}, To: to, Reason: reason,
