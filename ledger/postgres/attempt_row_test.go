@@ -196,34 +196,9 @@ func TestBeginRun_StartEventInTaskRow(t *testing.T) {
 	}
 	events := func(id string) string {
 		t.Helper()
-		var es []ledger.Event
-		var st []ledger.StreamEntry
-		var err error
-		direct(s, func() {
-			if es, err = s.Events(ctx, id); err == nil {
-				st, err = s.ReadStream(ctx, id, 1, 100)
-			}
+		return eventsOf(t, s, ctx, id, func(e ledger.Event) string {
+			return fmt.Sprintf("%d:%s>%s:%s:%s", e.Seq, e.From, e.To, e.Reason, e.Actor)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range es {
-			out = append(out, fmt.Sprintf("%d:%s>%s:%s:%s", e.Seq, e.From, e.To, e.Reason, e.Actor))
-		}
-		// ReadStream after offset 1: the same state moves but the first.
-		var fromStream []string
-		for _, e := range st {
-			fromStream = append(fromStream, fmt.Sprintf("%d:%s>%s:%s", e.Offset, e.From, e.State, e.Reason))
-		}
-		var want []string
-		for _, e := range es[1:] {
-			want = append(want, fmt.Sprintf("%d:%s>%s:%s", e.Seq, e.From, e.To, e.Reason))
-		}
-		if fmt.Sprint(fromStream) != fmt.Sprint(want) {
-			t.Errorf("task %s: ReadStream after 1 %v, want %v", id, fromStream, want)
-		}
-		return fmt.Sprint(out)
 	}
 	if got, want := events(a), "[1:>queued:enqueued: 2:queued>running:attempt_started:w1]"; got != want {
 		t.Errorf("begun task: events %s, want %s", got, want)
@@ -274,4 +249,36 @@ func runRowEnv(t *testing.T) (*Store, context.Context, <-chan ledger.Note, func(
 		mustBegin(t, s, tk.ID)
 		return tk.ID
 	}
+}
+
+// eventsOf returns the task's events (Events), each as format prints it,
+// after checking that ReadStream after offset 1 gives the same state moves
+// but the first.
+func eventsOf(t *testing.T, s *Store, ctx context.Context, id string, format func(ledger.Event) string) string {
+	t.Helper()
+	var es []ledger.Event
+	var st []ledger.StreamEntry
+	var err error
+	direct(s, func() {
+		if es, err = s.Events(ctx, id); err == nil {
+			st, err = s.ReadStream(ctx, id, 1, 100)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, want, fromStream []string
+	for _, e := range es {
+		out = append(out, format(e))
+	}
+	for _, e := range es[1:] {
+		want = append(want, fmt.Sprintf("%d:%s>%s:%s", e.Seq, e.From, e.To, e.Reason))
+	}
+	for _, e := range st {
+		fromStream = append(fromStream, fmt.Sprintf("%d:%s>%s:%s", e.Offset, e.From, e.State, e.Reason))
+	}
+	if fmt.Sprint(fromStream) != fmt.Sprint(want) {
+		t.Errorf("task %s: ReadStream after 1 %v, want %v", id, fromStream, want)
+	}
+	return fmt.Sprint(out)
 }

@@ -33,31 +33,9 @@ func TestEndRun_EndEventInTaskRow(t *testing.T) {
 	}
 	events := func(id string) string {
 		t.Helper()
-		var es []ledger.Event
-		var st []ledger.StreamEntry
-		var err error
-		direct(s, func() {
-			if es, err = s.Events(ctx, id); err == nil {
-				st, err = s.ReadStream(ctx, id, 1, 100)
-			}
+		return eventsOf(t, s, ctx, id, func(e ledger.Event) string {
+			return fmt.Sprintf("%d:%s>%s:%s:%s:%s", e.Seq, e.From, e.To, e.Reason, e.Detail, e.Actor)
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out, want, fromStream []string
-		for _, e := range es {
-			out = append(out, fmt.Sprintf("%d:%s>%s:%s:%s:%s", e.Seq, e.From, e.To, e.Reason, e.Detail, e.Actor))
-		}
-		for _, e := range es[1:] {
-			want = append(want, fmt.Sprintf("%d:%s>%s:%s", e.Seq, e.From, e.To, e.Reason))
-		}
-		for _, e := range st {
-			fromStream = append(fromStream, fmt.Sprintf("%d:%s>%s:%s", e.Offset, e.From, e.State, e.Reason))
-		}
-		if fmt.Sprint(fromStream) != fmt.Sprint(want) {
-			t.Errorf("task %s: ReadStream after 1 %v, want %v", id, fromStream, want)
-		}
-		return fmt.Sprint(out)
 	}
 	// waitNotes reads notes until a marker sent now arrives (notes arrive
 	// in commit order), and returns the state notes of ids before it.
