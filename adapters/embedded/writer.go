@@ -19,8 +19,9 @@ import (
 // database has one connection, so they would only have queued for it one
 // transaction each.
 //
-// A caller that finds the writer idle runs at once in its own transaction,
-// so a lone caller never waits. Each operation's outcome is exactly its own:
+// A caller that finds the writer idle runs at once in its own transaction
+// (or, for a single statement, in SQLite's own autocommit: doOr), so a
+// lone caller never waits. Each operation's outcome is exactly its own:
 // one that fails is rolled back to its savepoint and reported to its caller
 // while the others go on; a failed commit (or a failed savepoint) is
 // reported to every operation of the group, never only to some. A caller
