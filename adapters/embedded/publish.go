@@ -13,12 +13,12 @@ import (
 const insertColumns = 12
 
 // insertSizes are the row counts of the prepared INSERT statements, largest
-// first: a batch
-// is written in as few statements as its size's binary digits (32 rows at a
-// time above that), one VALUES row per message. A statement per message
-// cost more in the driver and in SQLite's statement setup than the row
-// itself.
-var insertSizes = []int{32, 16, 8, 4, 2, 1}
+// first: a batch of up to 8 — what concurrent Enqueue calls gather into
+// one publish — is written in one statement; a larger one in as few as its
+// size's binary digits above 8 (32 rows at a time above that), one VALUES
+// row per message. A statement per message cost more in the driver and in
+// SQLite's statement setup than the row itself.
+var insertSizes = []int{32, 16, 8, 7, 6, 5, 4, 3, 2, 1}
 
 // insertSQL holds the INSERT of n messages at n, for each n of insertSizes.
 var insertSQL = func() map[int]string {
@@ -84,17 +84,51 @@ func (d *Driver) Publish(ctx context.Context, msgs []*broker.Message) ([]broker.
 		}
 		ids[i] = id
 	}
-	d.shared.prepare(ctx, insertQueries(len(msgs))...)
-	err := d.shared.w.do(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	if len(msgs) > 1 {
+		d.shared.prepare(ctx, insertQueries(len(msgs))...)
+	}
+	var alone func(ctx context.Context) error
+	if oneStatement(msgs, d.cfg.Reduced) {
+		// Written by one INSERT when the writer is idle: SQLite commits a
+		// lone statement by itself, atomically, without the transaction's
+		// BEGIN and COMMIT through database/sql.
+		alone = func(ctx context.Context) error {
+			if d.closed.Load() {
+				return broker.ClosedError("publish")
+			}
+			res = make([]broker.PublishResult, len(msgs))
+			rows := make([]any, 0, insertColumns*len(msgs))
+			now := d.nowNano()
+			for i, m := range msgs {
+				res[i].ID = m.ID
+				rows = appendRow(rows, m, ids[i], now)
+			}
+			q := insertSQL[len(msgs)]
+			if st, err := d.shared.stmt(q); err == nil {
+				_, err = st.ExecContext(ctx, rows...)
+				return err
+			}
+			_, err := d.shared.db.ExecContext(ctx, q, rows...)
+			return err
+		}
+	}
+	err := d.shared.w.doOr(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res = make([]broker.PublishResult, len(msgs))
 		return d.publishTx(ctx, tx, msgs, ids, res)
-	})
+	}, alone)
 	if err != nil {
 		return nil, classify("publish", err)
 	}
-	woken := map[string]bool{}
-	for _, m := range msgs {
-		if !woken[m.Lane] {
+	if len(msgs) == 0 {
+		return res, nil
+	}
+	d.wake(msgs[0].Lane)
+	var woken map[string]bool // the other lanes woken; most batches have one
+	for _, m := range msgs[1:] {
+		if m.Lane != msgs[0].Lane && !woken[m.Lane] {
+			if woken == nil {
+				woken = map[string]bool{}
+			}
 			woken[m.Lane] = true
 			d.wake(m.Lane)
 		}
@@ -131,16 +165,7 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 				return err
 			}
 		}
-		var hdr []byte
-		if len(m.Headers) > 0 {
-			hdr, _ = json.Marshal(m.Headers)
-		}
-		visible := now
-		if rn := nano(m.RunAt); rn > visible {
-			visible = rn
-		}
-		rows = append(rows, laneIDs[i], m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
-			nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
+		rows = appendRow(rows, m, laneIDs[i], now)
 	}
 	for len(rows) > 0 {
 		size := insertChunk(len(rows) / insertColumns)
@@ -154,4 +179,36 @@ func (d *Driver) publishTx(ctx context.Context, tx *sql.Tx, msgs []*broker.Messa
 		rows = rows[size*insertColumns:]
 	}
 	return nil
+}
+
+// appendRow appends m's insertColumns values, in lane laneID at now, to
+// rows.
+func appendRow(rows []any, m *broker.Message, laneID, now int64) []any {
+	var hdr []byte
+	if len(m.Headers) > 0 {
+		hdr, _ = json.Marshal(m.Headers)
+	}
+	visible := now
+	if rn := nano(m.RunAt); rn > visible {
+		visible = rn
+	}
+	return append(rows, laneID, m.ID, m.Kind, m.Body, hdr, m.Tenant, m.IdempotencyKey, m.OrderingKey,
+		nano(m.RunAt), nano(m.EnqueuedAt), m.MaxAttempts, visible)
+}
+
+// oneStatement reports whether msgs are written by one INSERT and nothing
+// else: a prepared size, and no idempotency key to look up (reduced
+// databases do not deduplicate).
+func oneStatement(msgs []*broker.Message, reduced bool) bool {
+	if len(msgs) == 0 || insertChunk(len(msgs)) != len(msgs) {
+		return false
+	}
+	if !reduced {
+		for _, m := range msgs {
+			if m.IdempotencyKey != "" {
+				return false
+			}
+		}
+	}
+	return true
 }

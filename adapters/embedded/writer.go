@@ -19,8 +19,9 @@ import (
 // database has one connection, so they would only have queued for it one
 // transaction each.
 //
-// A caller that finds the writer idle runs at once in its own transaction,
-// so a lone caller never waits. Each operation's outcome is exactly its own:
+// A caller that finds the writer idle runs at once in its own transaction
+// (or, for a single statement, in SQLite's own autocommit: doOr), so a
+// lone caller never waits. Each operation's outcome is exactly its own:
 // one that fails is rolled back to its savepoint and reported to its caller
 // while the others go on; a failed commit (or a failed savepoint) is
 // reported to every operation of the group, never only to some. A caller
@@ -39,6 +40,9 @@ type writer struct {
 type writeOp struct {
 	ctx context.Context
 	fn  func(ctx context.Context, tx *sql.Tx) error
+	// alone, when set, runs instead of fn when the operation is a
+	// transaction's only one (see doOr).
+	alone func(ctx context.Context) error
 
 	// Set before done is closed.
 	err error
@@ -62,7 +66,16 @@ const (
 // concurrent callers, and returns fn's error or the transaction's. The
 // error is unclassified; a context error is ctx's own.
 func (w *writer) do(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	op := &writeOp{ctx: ctx, fn: fn}
+	return w.doOr(ctx, fn, nil)
+}
+
+// doOr is do, where alone (when not nil) does fn's work without a
+// transaction and runs instead of fn when the operation would be a
+// transaction's only one: a single statement, which SQLite commits by
+// itself as atomically, saving the BEGIN and COMMIT. Grouped with
+// others, fn runs in their transaction as with do.
+func (w *writer) doOr(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, alone func(ctx context.Context) error) error {
+	op := &writeOp{ctx: ctx, fn: fn, alone: alone}
 	w.mu.Lock()
 	if !w.busy {
 		w.busy = true
@@ -75,6 +88,9 @@ func (w *writer) do(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx
 		w.mu.Lock()
 		if len(w.queue) == 0 {
 			w.mu.Unlock()
+			if alone != nil {
+				return alone(ctx)
+			}
 			return w.runOne(ctx, fn)
 		}
 		n := min(len(w.queue), maxGroupOps-1)
@@ -229,6 +245,9 @@ func (w *writer) callOne(op *writeOp) (err error) {
 			err = fmt.Errorf("embedded: write panicked: %v", p)
 		}
 	}()
+	if op.alone != nil {
+		return op.alone(op.ctx)
+	}
 	return w.runOne(op.ctx, op.fn)
 }
 

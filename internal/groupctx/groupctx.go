@@ -13,6 +13,13 @@ import (
 // release must be called when the work ends. ctxs must not be empty.
 func Any(ctxs ...context.Context) (ctx context.Context, release func()) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctxs[0]))
+	for _, c := range ctxs {
+		if c.Done() == nil {
+			// One caller's context never ends (context.Background, the
+			// common case): neither does the group's, until release.
+			return ctx, cancel
+		}
+	}
 	var mu sync.Mutex
 	live := len(ctxs)
 	stops := make([]func() bool, 0, len(ctxs))

@@ -39,3 +39,20 @@ func TestAny_Release(t *testing.T) {
 		t.Fatal("not done after release")
 	}
 }
+
+func TestAny_OneNeverEnds(t *testing.T) {
+	a, cancelA := context.WithCancel(context.Background())
+	ctx, release := Any(a, context.Background())
+	cancelA()
+	select {
+	case <-ctx.Done():
+		t.Fatal("done while a caller whose context never ends still waits")
+	case <-time.After(20 * time.Millisecond):
+	}
+	release()
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("not done after release")
+	}
+}
