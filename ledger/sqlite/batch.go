@@ -282,7 +282,7 @@ func errRowCount(what string, got int64, want int) error {
 
 // BeginRun's grouped statements.
 var (
-	beginRunKind   = &batchKind{name: "begin run", run: runBeginBatch}
+	beginRunKind = &batchKind{name: "begin run", run: runBeginBatch}
 	// beginUpdateSQL moves the tasks and keeps each start event in the
 	// task row (run_ev_*; its actor is run_worker).
 	beginUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_n, v_lease, v_at, v_worker, v_start, v_reason, v_detail) AS (VALUES `,
