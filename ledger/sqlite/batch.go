@@ -204,38 +204,23 @@ func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m *multiSQL, args []an
 }
 
 // The grouped reads of the tasks a group's writes touch: the task, its
-// event sequence and the run it holds, and the event the write's kind
-// keeps in the task row (migration 0015), which it writes as a row before
-// replacing it: BeginRun the start event (run_ev_*; its actor is the run's
-// worker), EndRun the end event (end_ev_*).
+// event sequence, the run it holds and whether its row holds an event of
+// the write's kind (migration 0015), which the write turns into a row
+// before replacing it: BeginRun the start event (run_ev_*), EndRun the
+// end event (end_ev_*).
 var (
-	beginByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start,
-		run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, run_worker FROM ledger_tasks WHERE id IN (`, `?`, `)`)
-	endByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start,
-		end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+	beginByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start, run_ev_seq FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+	endByIDSQL   = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start, end_ev_seq FROM ledger_tasks WHERE id IN (`, `?`, `)`)
 )
 
 // current is a task as a grouped write read it, with its event sequence,
-// the run it holds and the event its row holds for the write's kind.
+// the run it holds and the sequence number of the event its row holds
+// for the write's kind (NULL when none).
 type current struct {
 	t    *ledger.Task
 	seq  int64
 	run  prevRun
-	held heldEvent
-}
-
-// heldEvent is an event kept in a task row (all NULL when none).
-type heldEvent struct {
-	seq, at                         sql.NullInt64
-	from, to, reason, detail, actor sql.NullString
-}
-
-// row appends the held event, if any, as a row of eventsSQL.
-func (h heldEvent) row(args []any, taskID string) []any {
-	if !h.seq.Valid {
-		return args
-	}
-	return append(args, taskID, h.seq.Int64, h.at.Int64, h.from.String, h.to.String, h.reason.String, h.detail.String, h.actor.String)
+	held sql.NullInt64
 }
 
 // tasksByID reads, with m (beginByIDSQL or endByIDSQL), the tasks of ids
@@ -250,9 +235,7 @@ func (s *Store) tasksByID(ctx context.Context, tx *sql.Tx, m *multiSQL, ids []an
 		}
 		for rows.Next() {
 			var c current
-			h := &c.held
-			c.t, err = scanTaskExtra(rows, &c.seq, &c.run.attempt, &c.run.worker, &c.run.start,
-				&h.seq, &h.at, &h.from, &h.to, &h.reason, &h.detail, &h.actor)
+			c.t, err = scanTaskExtra(rows, &c.seq, &c.run.attempt, &c.run.worker, &c.run.start, &c.held)
 			if err != nil {
 				rows.Close()
 				return nil, err
@@ -295,6 +278,12 @@ var (
 	// snooze or a return spends none) the new run's worker and start.
 	beginAttemptSQL = newMulti(`WITH v(v_id, v_n, v_worker, v_start) AS (VALUES `, `(?, ?, ?, ?)`,
 		`) UPDATE ledger_attempts SET worker = v_worker, start_at = v_start FROM v WHERE task_id = v_id AND number = v_n`)
+	// heldStartSQL writes the start events the task rows hold as rows
+	// (their actor is the run's worker), before BeginRun replaces them; a
+	// 'running' event writes no note.
+	heldStartSQL = newMulti(`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, COALESCE(run_worker, '')
+		FROM ledger_tasks WHERE run_ev_seq IS NOT NULL AND id IN (`, `?`, `)`)
 	// prevAttemptSQL writes the row of a held run that never got one,
 	// before the task row forgets it.
 	prevAttemptSQL = newMulti(`INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES `, `(?, ?, ?, ?)`,
@@ -322,7 +311,7 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 	}
 	now := s.opts.Now()
 	at := now.UnixNano()
-	var upd, ev, att, prev []any
+	var upd, held, att, prev []any
 	for _, r := range rs {
 		it := r.item.(*beginItem)
 		it.out, it.conflict = nil, nil
@@ -342,8 +331,10 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 		}
 		lease := now.Add(it.req.Lease).UnixNano()
 		upd = append(upd, it.req.ID, string(c.t.State), c.seq, n, lease, at, it.req.Worker, start.UnixNano(), reason, detail)
-		// The start event the row held until now becomes a row.
-		ev = c.held.row(ev, it.req.ID)
+		if c.held.Valid {
+			// The start event the row holds becomes a row.
+			held = append(held, it.req.ID)
+		}
 		att = append(att, it.req.ID, n, it.req.Worker, start.UnixNano())
 		if c.run.flush(n) {
 			prev = append(prev, it.req.ID, c.run.attempt.Int64, c.run.worker.String, c.run.start)
@@ -356,13 +347,13 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 	if want == 0 {
 		return nil
 	}
+	if _, err := s.execRows(ctx, tx, heldStartSQL, held); err != nil {
+		return err
+	}
 	if got, err := s.execRows(ctx, tx, beginUpdateSQL, upd); err != nil {
 		return err
 	} else if got != int64(want) {
 		return errRowCount("begin run", got, want)
-	}
-	if _, err := s.execRows(ctx, tx, eventsSQL, ev); err != nil {
-		return err
 	}
 	if _, err := s.execRows(ctx, tx, prevAttemptSQL, prev); err != nil {
 		return err
@@ -396,6 +387,44 @@ var (
 	stateNotesSQL = newMulti(`INSERT INTO ledger_notes (at, topic, task_id, state) VALUES `, `(?, 'state', ?, ?)`, ``)
 )
 
+// heldEndSQL reads the end events the task rows hold.
+var heldEndSQL = newMulti(`SELECT id, end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor
+	FROM ledger_tasks WHERE end_ev_seq IS NOT NULL AND id IN (`, `?`, `)`)
+
+// heldEnds reads the end events the rows of ids hold, as rows of
+// eventsSQL. EndRun writes them after its move: an event row that is not
+// its task's latest event writes no note (the trigger's condition,
+// migration 0015), and its note was written when it happened.
+func (s *Store) heldEnds(ctx context.Context, tx *sql.Tx, ids []any) ([]any, error) {
+	var ev []any
+	for len(ids) > 0 {
+		n := piece(len(ids))
+		rows, err := s.txQuery(ctx, tx, heldEndSQL.sql(n), ids[:n]...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var (
+				id, from, to, reason, detail, actor string
+				seq, at                             int64
+			)
+			if err := rows.Scan(&id, &seq, &at, &from, &to, &reason, &detail, &actor); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			ev = append(ev, id, seq, at, from, to, reason, detail, actor)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return ev, nil
+}
+
 // notifies says whether a move from → to writes a state note (the
 // trigger ledger_events_note's condition, migrations 0006 and 0015).
 func notifies(from, to ledger.State) bool {
@@ -427,7 +456,7 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 		return err
 	}
 	at := s.opts.Now().UnixNano()
-	var atts, upd, ev, notes []any
+	var atts, upd, held, notes []any
 	moved := 0
 	for _, r := range rs {
 		it := r.item.(*endItem)
@@ -479,10 +508,10 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 		upd = append(upd, tr.ID, string(c.t.State), c.seq, string(tr.To), at, tr.Attempt, tr.Result != nil, result, lastErr, runAt, lane,
 			tr.Reason, tr.Detail, tr.Actor)
 		moved++
-		// The end event the row held until now becomes a row (after the
-		// move: the trigger writes no note for it, it is not the task's
-		// latest event).
-		ev = c.held.row(ev, tr.ID)
+		if c.held.Valid {
+			// The end event the row holds becomes a row.
+			held = append(held, tr.ID)
+		}
 		if notifies(c.t.State, tr.To) {
 			notes = append(notes, at, tr.ID, string(tr.To))
 		}
@@ -496,6 +525,10 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 	}
 	if moved == 0 {
 		return nil
+	}
+	ev, err := s.heldEnds(ctx, tx, held)
+	if err != nil {
+		return err
 	}
 	if got, err := s.execRows(ctx, tx, endUpdateSQL, upd); err != nil {
 		return err
