@@ -22,8 +22,8 @@ import (
 // died, or it was moved without EndRun), that row is written now, before
 // the task row forgets it.
 func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
-	// Alone, the statements below; in a group, with the other BeginRuns'
-	// (batch.go).
+	// Alone or in a group, the grouped statements of batch.go (alone, over
+	// one row: runAlone).
 	it := &beginItem{op: op, req: req}
 	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		return runAlone(ctx, s.Store, tx, runBeginBatch, it)
@@ -77,8 +77,9 @@ func (p prevRun) of(number int) (string, any) {
 // transition in one write.
 func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
-	// With a transition: alone, the statements below; in a group, with
-	// the other EndRuns' (batch.go).
+	// With a transition, alone or in a group, the grouped statements of
+	// batch.go (alone, over one row: runAlone); without one, the
+	// statements below.
 	it := &endItem{op: op, req: req, from: from}
 	var (
 		kind *batchKind
