@@ -203,28 +203,39 @@ func (s *Store) execRows(ctx context.Context, tx *sql.Tx, m *multiSQL, args []an
 	return total, nil
 }
 
-var tasksByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+// The grouped reads of the tasks a group's writes touch: the task, its
+// event sequence, the run it holds and whether its row holds an event of
+// the write's kind (migration 0015), which the write turns into a row
+// before replacing it: BeginRun the start event (run_ev_*), EndRun the
+// end event (end_ev_*).
+var (
+	beginByIDSQL = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start, run_ev_seq FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+	endByIDSQL   = newMulti(`SELECT `+taskCols+`, event_seq, run_attempt, run_worker, run_start, end_ev_seq FROM ledger_tasks WHERE id IN (`, `?`, `)`)
+)
 
-// current is a task as a grouped write read it, with its event sequence
-// and the run it holds.
+// current is a task as a grouped write read it, with its event sequence,
+// the run it holds and the sequence number of the event its row holds
+// for the write's kind (NULL when none).
 type current struct {
-	t   *ledger.Task
-	seq int64
-	run prevRun
+	t    *ledger.Task
+	seq  int64
+	run  prevRun
+	held sql.NullInt64
 }
 
-// tasksByID reads the tasks of ids (distinct) that exist.
-func (s *Store) tasksByID(ctx context.Context, tx *sql.Tx, ids []any) (map[string]current, error) {
+// tasksByID reads, with m (beginByIDSQL or endByIDSQL), the tasks of ids
+// (distinct) that exist.
+func (s *Store) tasksByID(ctx context.Context, tx *sql.Tx, m *multiSQL, ids []any) (map[string]current, error) {
 	out := make(map[string]current, len(ids))
 	for len(ids) > 0 {
 		n := piece(len(ids))
-		rows, err := s.txQuery(ctx, tx, tasksByIDSQL.sql(n), ids[:n]...)
+		rows, err := s.txQuery(ctx, tx, m.sql(n), ids[:n]...)
 		if err != nil {
 			return nil, err
 		}
 		for rows.Next() {
 			var c current
-			c.t, err = scanTaskExtra(rows, &c.seq, &c.run.attempt, &c.run.worker, &c.run.start)
+			c.t, err = scanTaskExtra(rows, &c.seq, &c.run.attempt, &c.run.worker, &c.run.start, &c.held)
 			if err != nil {
 				rows.Close()
 				return nil, err
@@ -254,15 +265,25 @@ func errRowCount(what string, got int64, want int) error {
 
 // BeginRun's grouped statements.
 var (
-	beginRunKind   = &batchKind{name: "begin run", run: runBeginBatch}
-	beginUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_n, v_lease, v_at, v_worker, v_start) AS (VALUES `, `(?, ?, ?, ?, ?, ?, ?, ?)`,
+	beginRunKind = &batchKind{name: "begin run", run: runBeginBatch}
+	// beginUpdateSQL moves the tasks and keeps each start event in the
+	// task row (run_ev_*; its actor is run_worker).
+	beginUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_n, v_lease, v_at, v_worker, v_start, v_reason, v_detail) AS (VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		`) UPDATE ledger_tasks SET state = 'running', attempt = v_n, lease_until = v_lease, updated_at = v_at, event_seq = event_seq + 1,
-			run_attempt = v_n, run_worker = v_worker, run_start = v_start
+			run_attempt = v_n, run_worker = v_worker, run_start = v_start,
+			run_ev_seq = event_seq + 1, run_ev_at = v_at, run_ev_from = v_old, run_ev_reason = v_reason, run_ev_detail = v_detail
 		FROM v WHERE id = v_id AND state = v_old AND event_seq = v_seq`)
 	// beginAttemptSQL gives an attempt number that already has a row (a
 	// snooze or a return spends none) the new run's worker and start.
 	beginAttemptSQL = newMulti(`WITH v(v_id, v_n, v_worker, v_start) AS (VALUES `, `(?, ?, ?, ?)`,
 		`) UPDATE ledger_attempts SET worker = v_worker, start_at = v_start FROM v WHERE task_id = v_id AND number = v_n`)
+	// heldStartSQL writes the start events the task rows hold as rows
+	// (their actor is the run's worker), before BeginRun replaces them; a
+	// 'running' event writes no note.
+	heldStartSQL = newMulti(`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
+		SELECT id, run_ev_seq, run_ev_at, run_ev_from, 'running', run_ev_reason, run_ev_detail, COALESCE(run_worker, '')
+		FROM ledger_tasks WHERE run_ev_seq IS NOT NULL AND id IN (`, `?`, `)`)
 	// prevAttemptSQL writes the row of a held run that never got one,
 	// before the task row forgets it.
 	prevAttemptSQL = newMulti(`INSERT INTO ledger_attempts (task_id, number, worker, start_at) VALUES `, `(?, ?, ?, ?)`,
@@ -284,13 +305,13 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 	for i, r := range rs {
 		ids[i] = r.item.(*beginItem).req.ID
 	}
-	cur, err := s.tasksByID(ctx, tx, ids)
+	cur, err := s.tasksByID(ctx, tx, beginByIDSQL, ids)
 	if err != nil {
 		return err
 	}
 	now := s.opts.Now()
 	at := now.UnixNano()
-	var upd, ev, att, prev []any
+	var upd, held, att, prev []any
 	for _, r := range rs {
 		it := r.item.(*beginItem)
 		it.out, it.conflict = nil, nil
@@ -309,8 +330,11 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 			start = now
 		}
 		lease := now.Add(it.req.Lease).UnixNano()
-		upd = append(upd, it.req.ID, string(c.t.State), c.seq, n, lease, at, it.req.Worker, start.UnixNano())
-		ev = append(ev, it.req.ID, c.seq+1, at, string(c.t.State), string(ledger.Running), reason, detail, it.req.Worker)
+		upd = append(upd, it.req.ID, string(c.t.State), c.seq, n, lease, at, it.req.Worker, start.UnixNano(), reason, detail)
+		if c.held.Valid {
+			// The start event the row holds becomes a row.
+			held = append(held, it.req.ID)
+		}
 		att = append(att, it.req.ID, n, it.req.Worker, start.UnixNano())
 		if c.run.flush(n) {
 			prev = append(prev, it.req.ID, c.run.attempt.Int64, c.run.worker.String, c.run.start)
@@ -323,13 +347,13 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 	if want == 0 {
 		return nil
 	}
+	if _, err := s.execRows(ctx, tx, heldStartSQL, held); err != nil {
+		return err
+	}
 	if got, err := s.execRows(ctx, tx, beginUpdateSQL, upd); err != nil {
 		return err
 	} else if got != int64(want) {
 		return errRowCount("begin run", got, want)
-	}
-	if _, err := s.execRows(ctx, tx, eventsSQL, ev); err != nil {
-		return err
 	}
 	if _, err := s.execRows(ctx, tx, prevAttemptSQL, prev); err != nil {
 		return err
@@ -343,9 +367,14 @@ func runBeginBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) er
 var (
 	endRunKind    = &batchKind{name: "end run", run: runEndBatch}
 	endAttemptSQL = newMulti(finishAttemptHead, `(?, ?, ?, ?, ?, ?, ?, ?, ?)`, finishAttemptTail)
-	endUpdateSQL  = newMulti(`WITH v(v_id, v_old, v_seq, v_to, v_at, v_att, v_setres, v_result, v_lasterr, v_runat, v_lane) AS (VALUES `,
-		`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	// endUpdateSQL moves the tasks and keeps each move's event in the
+	// task row (end_ev_*).
+	endUpdateSQL = newMulti(`WITH v(v_id, v_old, v_seq, v_to, v_at, v_att, v_setres, v_result, v_lasterr, v_runat, v_lane,
+			v_reason, v_detail, v_actor) AS (VALUES `,
+		`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		`) UPDATE ledger_tasks SET state = v_to, updated_at = v_at, event_seq = event_seq + 1,
+			end_ev_seq = event_seq + 1, end_ev_at = v_at, end_ev_from = v_old, end_ev_to = v_to,
+			end_ev_reason = v_reason, end_ev_detail = v_detail, end_ev_actor = v_actor,
 			attempt = CASE WHEN v_att > 0 THEN v_att ELSE attempt END,
 			result = CASE WHEN v_setres THEN v_result ELSE result END,
 			last_error = COALESCE(v_lasterr, last_error),
@@ -353,7 +382,58 @@ var (
 			lane = COALESCE(v_lane, lane),
 			lease_until = CASE WHEN v_to = 'running' THEN lease_until ELSE NULL END
 		FROM v WHERE id = v_id AND state = v_old AND event_seq = v_seq`)
+	// stateNotesSQL writes the state notes of the events kept in the task
+	// rows, as the trigger ledger_events_note writes an event row's.
+	stateNotesSQL = newMulti(`INSERT INTO ledger_notes (at, topic, task_id, state) VALUES `, `(?, 'state', ?, ?)`, ``)
 )
+
+// heldEndSQL reads the end events the task rows hold.
+var heldEndSQL = newMulti(`SELECT id, end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor
+	FROM ledger_tasks WHERE end_ev_seq IS NOT NULL AND id IN (`, `?`, `)`)
+
+// heldEnds reads the end events the rows of ids hold, as rows of
+// eventsSQL. EndRun writes them after its move: an event row that is not
+// its task's latest event writes no note (the trigger's condition,
+// migration 0015), and its note was written when it happened.
+func (s *Store) heldEnds(ctx context.Context, tx *sql.Tx, ids []any) ([]any, error) {
+	var ev []any
+	for len(ids) > 0 {
+		n := piece(len(ids))
+		rows, err := s.txQuery(ctx, tx, heldEndSQL.sql(n), ids[:n]...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var (
+				id, from, to, reason, detail, actor string
+				seq, at                             int64
+			)
+			if err := rows.Scan(&id, &seq, &at, &from, &to, &reason, &detail, &actor); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			ev = append(ev, id, seq, at, from, to, reason, detail, actor)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return ev, nil
+}
+
+// notifies says whether a move from → to writes a state note (the
+// trigger ledger_events_note's condition, migrations 0006 and 0015).
+func notifies(from, to ledger.State) bool {
+	switch to {
+	case ledger.Completed, ledger.Failed, ledger.Dead, ledger.Rejected, ledger.Cancelled, ledger.AwaitingReview:
+		return to != from
+	}
+	return false
+}
 
 // endItem is one EndRun with a transition.
 type endItem struct {
@@ -371,12 +451,13 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 	for i, r := range rs {
 		ids[i] = r.item.(*endItem).req.Attempt.TaskID
 	}
-	cur, err := s.tasksByID(ctx, tx, ids)
+	cur, err := s.tasksByID(ctx, tx, endByIDSQL, ids)
 	if err != nil {
 		return err
 	}
 	at := s.opts.Now().UnixNano()
-	var atts, upd, ev []any
+	var atts, upd, held, notes []any
+	moved := 0
 	for _, r := range rs {
 		it := r.item.(*endItem)
 		it.out, it.conflict = nil, nil
@@ -424,8 +505,16 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 		if tr.To != ledger.Running {
 			t.LeaseUntil = time.Time{}
 		}
-		upd = append(upd, tr.ID, string(c.t.State), c.seq, string(tr.To), at, tr.Attempt, tr.Result != nil, result, lastErr, runAt, lane)
-		ev = append(ev, tr.ID, c.seq+1, at, string(c.t.State), string(tr.To), tr.Reason, tr.Detail, tr.Actor)
+		upd = append(upd, tr.ID, string(c.t.State), c.seq, string(tr.To), at, tr.Attempt, tr.Result != nil, result, lastErr, runAt, lane,
+			tr.Reason, tr.Detail, tr.Actor)
+		moved++
+		if c.held.Valid {
+			// The end event the row holds becomes a row.
+			held = append(held, tr.ID)
+		}
+		if notifies(c.t.State, tr.To) {
+			notes = append(notes, at, tr.ID, string(tr.To))
+		}
 		it.out = &t
 	}
 	if len(atts) == 0 {
@@ -434,16 +523,22 @@ func runEndBatch(ctx context.Context, s *Store, tx *sql.Tx, rs []*writeReq) erro
 	if _, err := s.execRows(ctx, tx, endAttemptSQL, atts); err != nil {
 		return err
 	}
-	want := len(ev) / eventsSQL.width
-	if want == 0 {
+	if moved == 0 {
 		return nil
+	}
+	ev, err := s.heldEnds(ctx, tx, held)
+	if err != nil {
+		return err
 	}
 	if got, err := s.execRows(ctx, tx, endUpdateSQL, upd); err != nil {
 		return err
-	} else if got != int64(want) {
-		return errRowCount("end run", got, want)
+	} else if got != int64(moved) {
+		return errRowCount("end run", got, moved)
 	}
-	_, err = s.execRows(ctx, tx, eventsSQL, ev)
+	if _, err := s.execRows(ctx, tx, eventsSQL, ev); err != nil {
+		return err
+	}
+	_, err = s.execRows(ctx, tx, stateNotesSQL, notes)
 	return err
 }
 

@@ -91,7 +91,11 @@
 // As ledger.Ledger describes. Idempotency keys are unique per tenant by a
 // partial unique index (tasks without a key never collide). A transition
 // reads the state and updates it in one transaction and appends its event
-// there; event sequence numbers are per task and gapless. List pages by
+// there; event sequence numbers are per task and gapless. A run's two
+// events (BeginRun's start, EndRun's move) are kept in the task row
+// (migration 0015) until the next BeginRun or EndRun writes them as
+// ledger_events rows; Events and ReadStream read both, in sequence order,
+// and EndRun writes the move's state note itself. List pages by
 // creation order (an AUTOINCREMENT column, never reused); a cursor whose
 // task was pruned gives ErrNotFound. Prune deletes in batches of 500 (its
 // foreign keys cascade to attempts, steps, effects and events) and also

@@ -16,8 +16,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	s := openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version %d %v, want 15", v, err)
 	}
 	s.Close()
 	// Take it back to version 2 with two lanes paused.
@@ -26,6 +26,7 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	undo15(ctx, t, db)
 	for _, q := range []string{
 		`ALTER TABLE ledger_tasks DROP COLUMN run_attempt`, // 0014
 		`ALTER TABLE ledger_tasks DROP COLUMN run_worker`,
@@ -63,8 +64,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	db.Close()
 
 	s = openFile(t, path, nil)
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version after reopening %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version after reopening %d %v, want 15", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

@@ -76,8 +76,8 @@ func TestOpen_Migrate12(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-			t.Fatalf("schema version %d %v, want 14", v, err)
+		if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+			t.Fatalf("schema version %d %v, want 15", v, err)
 		}
 		return ledgertest.Snapshot(ctx, t, s, ids)
 	}
@@ -89,6 +89,7 @@ func TestOpen_Migrate12(t *testing.T) {
 	}
 	// Take it back to version 11, as that version wrote it: the state
 	// index, and an "enqueued" row for every task.
+	undo15(ctx, t, db) // 0015, applied again
 	exec(`DROP INDEX ledger_tasks_created`)
 	exec(`CREATE INDEX ledger_tasks_state_updated ON ledger_tasks (state, updated_at)`)
 	exec(`INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason) SELECT id, 1, created_at, '', 'queued', 'enqueued' FROM ledger_tasks`)

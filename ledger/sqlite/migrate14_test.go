@@ -98,6 +98,7 @@ func TestOpen_Migrate14(t *testing.T) {
 	if n := count(running); n != 0 {
 		t.Fatalf("a running attempt has %d rows, want none (its start is in the task row)", n)
 	}
+	undo15(ctx, t, db) // 0015, applied again
 	exec(`INSERT INTO ledger_attempts (task_id, number, worker, start_at)
 		SELECT id, run_attempt, run_worker, run_start FROM ledger_tasks WHERE run_attempt IS NOT NULL ON CONFLICT DO NOTHING`)
 	for _, col := range []string{"run_attempt", "run_worker", "run_start"} {
@@ -106,8 +107,8 @@ func TestOpen_Migrate14(t *testing.T) {
 	exec(`DELETE FROM ledger_schema_version WHERE version >= 14`)
 
 	s = openFile(t, path, nil) // migrates
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 14 {
-		t.Fatalf("schema version %d %v, want 14", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+		t.Fatalf("schema version %d %v, want 15", v, err)
 	}
 	if after := read(s); !reflect.DeepEqual(before, after) {
 		for _, id := range ids {

@@ -94,12 +94,25 @@ const enqueuedEventSQL = `SELECT 1 AS seq, created_at AS at, '' AS from_state, '
 		'enqueued' AS reason, '' AS detail, '' AS actor
 	FROM ledger_tasks WHERE id = ? AND NOT EXISTS (SELECT 1 FROM ledger_events WHERE task_id = ? AND seq = 1)`
 
+// heldEventsSQL is the events a task row holds (migration 0015: the last
+// run's start, BeginRun's, whose actor is the run's worker, and the last
+// EndRun's move), each until the next BeginRun or EndRun writes it as a
+// row; both parameters are the task's ID.
+const heldEventsSQL = `SELECT run_ev_seq AS seq, run_ev_at AS at, run_ev_from AS from_state, 'running' AS to_state,
+		run_ev_reason AS reason, run_ev_detail AS detail, COALESCE(run_worker, '') AS actor
+	FROM ledger_tasks WHERE id = ? AND run_ev_seq IS NOT NULL
+	UNION ALL
+	SELECT end_ev_seq, end_ev_at, end_ev_from, end_ev_to, end_ev_reason, end_ev_detail, end_ev_actor
+	FROM ledger_tasks WHERE id = ? AND end_ev_seq IS NOT NULL`
+
 // Events implements front.Backend.
 func (s backend) Events(ctx context.Context, op, taskID string) ([]ledger.Event, error) {
 	rows, err := s.rQuery(ctx, enqueuedEventSQL+`
 		UNION ALL
+		`+heldEventsSQL+`
+		UNION ALL
 		SELECT seq, at, from_state, to_state, reason, detail, actor FROM ledger_events WHERE task_id = ?
-		ORDER BY 1`, taskID, taskID, taskID)
+		ORDER BY 1`, taskID, taskID, taskID, taskID, taskID)
 	if err != nil {
 		return nil, s.classify(op, err)
 	}

@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"time"
 
 	"github.com/switchyard-dev/switchyard/ledger"
@@ -23,56 +22,29 @@ import (
 // died, or it was moved without EndRun), that row is written now, before
 // the task row forgets it.
 func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (*ledger.Task, error) {
-	// Alone, the statements below; in a group, with the other BeginRuns'
-	// (batch.go).
+	// Alone or in a group, the grouped statements of batch.go (alone, over
+	// one row: runAlone).
 	it := &beginItem{op: op, req: req}
 	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		out, conflict := &it.out, &it.conflict
-		*out, *conflict = nil, nil
-		var p prevRun
-		cur, err := scanTaskExtra(s.txQueryRow(ctx, tx, `SELECT `+taskCols+`, run_attempt, run_worker, run_start FROM ledger_tasks WHERE id = ?`, req.ID),
-			&p.attempt, &p.worker, &p.start)
-		if errors.Is(err, sql.ErrNoRows) {
-			return store.NotFound(op, "task %s", req.ID)
-		}
-		if err != nil {
-			return err
-		}
-		now := s.opts.Now()
-		n, reason, detail, ok := store.NextRun(cur, req.Attempt, now)
-		if !ok {
-			*out, *conflict = cur, store.RunConflict(op, cur)
-			return nil
-		}
-		start := req.Start
-		if start.IsZero() {
-			start = now
-		}
-		*out, err = scanTask(s.txQueryRow(ctx, tx, `UPDATE ledger_tasks SET state = 'running', attempt = ?, lease_until = ?,
-				updated_at = ?, event_seq = event_seq + 1, run_attempt = ?, run_worker = ?, run_start = ?
-			WHERE id = ? AND state = ? RETURNING `+taskCols,
-			n, now.Add(req.Lease).UnixNano(), now.UnixNano(), n, req.Worker, start.UnixNano(), req.ID, string(cur.State)))
-		if err != nil {
-			return err
-		}
-		if _, err := s.txExec(ctx, tx, `INSERT INTO ledger_events (task_id, seq, at, from_state, to_state, reason, detail, actor)
-			SELECT id, event_seq, ?, ?, 'running', ?, ?, ? FROM ledger_tasks WHERE id = ?`,
-			now.UnixNano(), string(cur.State), reason, detail, req.Worker, req.ID); err != nil {
-			return err
-		}
-		if p.flush(n) {
-			if _, err := s.txExec(ctx, tx, prevAttemptSQL.sql(1), req.ID, p.attempt.Int64, p.worker.String, p.start); err != nil {
-				return err
-			}
-		}
-		_, err = s.txExec(ctx, tx, `UPDATE ledger_attempts SET worker = ?, start_at = ? WHERE task_id = ? AND number = ?`,
-			req.Worker, start.UnixNano(), req.ID, n)
-		return err
+		return runAlone(ctx, s.Store, tx, runBeginBatch, it)
 	}, beginRunKind, it)
 	if err != nil {
 		return nil, err
 	}
 	return it.out, it.conflict
+}
+
+// runAlone runs one BeginRun or EndRun with a transition by itself, with its
+// kind's grouped statements (batch.go) over one row: the same statements
+// and decisions whether it shares them or not, so the events it keeps in
+// the task row (migration 0015) are kept there alone too. Its refusal is
+// its error; its result and conflict are in it.
+func runAlone(ctx context.Context, s *Store, tx *sql.Tx, run func(context.Context, *Store, *sql.Tx, []*writeReq) error, it batchItem) error {
+	r := &writeReq{item: it}
+	if err := run(ctx, s, tx, []*writeReq{r}); err != nil {
+		return err
+	}
+	return r.err
 }
 
 // prevRun is the run a task row holds (run_attempt, run_worker,
@@ -105,8 +77,9 @@ func (p prevRun) of(number int) (string, any) {
 // transition in one write.
 func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from []ledger.State) (*ledger.Task, error) {
 	a := req.Attempt
-	// With a transition: alone, the statements below; in a group, with
-	// the other EndRuns' (batch.go).
+	// With a transition, alone or in a group, the grouped statements of
+	// batch.go (alone, over one row: runAlone); without one, the
+	// statements below.
 	it := &endItem{op: op, req: req, from: from}
 	var (
 		kind *batchKind
@@ -116,8 +89,9 @@ func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from 
 		kind, item = endRunKind, it
 	}
 	err := s.writeKind(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		out, conflict := &it.out, &it.conflict
-		*out, *conflict = nil, nil
+		if req.Transition != nil {
+			return runAlone(ctx, s.Store, tx, runEndBatch, it)
+		}
 		_, err := s.txExec(ctx, tx, finishAttemptSQL,
 			a.TaskID, a.Number, a.Worker, nanos(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
 		if isFK(err) {
@@ -126,19 +100,11 @@ func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from 
 		if err != nil {
 			return err
 		}
-		if req.Transition == nil {
-			// The lease ends now (not NULL, which marks a run from before
-			// leases): the next delivery takes the task over at once.
-			_, err := s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = ? WHERE id = ? AND state = 'running' AND attempt = ?`,
-				s.opts.Now().UnixNano(), a.TaskID, a.Number)
-			return err
-		}
-		*out, err = s.transitionTx(ctx, tx, op, req.Transition, from)
-		if errors.Is(err, ledger.ErrConflict) {
-			// The attempt stays recorded; the move is refused.
-			*conflict = err
-			*out, err = scanTask(s.txQueryRow(ctx, tx, `SELECT `+taskCols+` FROM ledger_tasks WHERE id = ?`, a.TaskID))
-		}
+		// No transition: the lease ends now (not NULL, which marks a run
+		// from before leases): the next delivery takes the task over at
+		// once.
+		_, err = s.txExec(ctx, tx, `UPDATE ledger_tasks SET lease_until = ? WHERE id = ? AND state = 'running' AND attempt = ?`,
+			s.opts.Now().UnixNano(), a.TaskID, a.Number)
 		return err
 	}, kind, item)
 	if err != nil {

@@ -58,11 +58,14 @@ func (s backend) ReadStream(ctx context.Context, op, taskID string, after int64,
 			FROM (`+enqueuedEventSQL+`) WHERE seq > ?
 		UNION ALL
 		SELECT seq, at, 'state', 0, from_state, to_state, reason, 0.0, '', NULL
+			FROM (`+heldEventsSQL+`) WHERE seq > ?
+		UNION ALL
+		SELECT seq, at, 'state', 0, from_state, to_state, reason, 0.0, '', NULL
 			FROM ledger_events WHERE task_id = ? AND seq > ? AND to_state <> ''
 		UNION ALL
 		SELECT seq, at, kind, attempt, '', '', '', fraction, message, data
 			FROM ledger_stream WHERE task_id = ? AND seq > ?
-		ORDER BY 1 LIMIT ?`, taskID, taskID, after, taskID, after, taskID, after, limit)
+		ORDER BY 1 LIMIT ?`, taskID, taskID, after, taskID, taskID, after, taskID, after, taskID, after, limit)
 	if err != nil {
 		return nil, s.classify(op, err)
 	}
