@@ -203,6 +203,14 @@ func TestChaos(t *testing.T, h *Harness, o ChaosOptions) {
 	began := time.Now()
 	deadline := began.Add(o.Timeout)
 	kills := 0
+	// A kill waits for killStep completions since the one before it (at
+	// most 3×MinKills kills in a run): the lifetimes below are wall time,
+	// and on a slow machine (-race, a load of 15 on two cores) workers
+	// killed every half second finished about one task each before they
+	// died, holding others until their leases ended: 917 of 2,000 tasks
+	// in four minutes, with 559 kills. The kills now wait on progress.
+	killStep := max(1, o.Tasks/(3*o.MinKills))
+	killedAt := 0 // completed at the last kill
 	done := func() int {
 		n := 0
 		after := ""
@@ -268,11 +276,12 @@ func TestChaos(t *testing.T, h *Harness, o ChaosOptions) {
 			if behind := float64(kills) < 1.25*float64(o.MinKills)*float64(completed)/float64(o.Tasks); behind {
 				life = min(life, 20*time.Millisecond+w.lifetime/5)
 			}
-			if time.Since(w.readyAt) < life {
+			if time.Since(w.readyAt) < life || completed-killedAt < killStep {
 				continue
 			}
 			if err := w.cmd.Process.Signal(syscall.SIGKILL); err == nil {
 				kills++
+				killedAt = completed
 			}
 			_ = w.cmd.Wait()
 			workers[i] = start()
