@@ -172,9 +172,16 @@ func TestPoison_DeliveryLimit(t *testing.T) {
 
 // TestNackDelay_Buckets: nack delays in different buckets come back no
 // earlier than asked, with the next attempt.
+//
+// The idle release is set far beyond the test: with the default (100 ms),
+// a slow Stats call under load let the release cancel the consumer tag
+// while RabbitMQ was pushing the 150 ms message back to it, and a quorum
+// queue counts that as a delivery (x-delivery-count raised, attempt 3;
+// consume.go's comment names the race). That is the driver's documented
+// behaviour, not what this test is about.
 func TestNackDelay_Buckets(t *testing.T) {
 	t.Parallel()
-	u := testURL(t, newNS(t), "", "", nil)
+	u := testURL(t, newNS(t), "", "", url.Values{"idle_release": {"10m"}})
 	t.Cleanup(func() { cleanupNamespace(u, "work") })
 	d := openDriver(t, u)
 	delays := []time.Duration{300 * time.Millisecond, 1200 * time.Millisecond, 150 * time.Millisecond}
@@ -197,8 +204,19 @@ func TestNackDelay_Buckets(t *testing.T) {
 		}
 	}
 	st, err := d.Stats(ctxT(t, 10*time.Second), "work")
-	if err != nil || st.Delayed != int64(len(delays)) {
-		t.Errorf("stats while delayed = %+v, %v; want delayed=%d", st, err, len(delays))
+	// Under load the Stats call can end after the shortest delay: a
+	// message whose due time has passed may have left its delay queue
+	// (and be buffered by the consumer, counted nowhere). One whose due
+	// time is still ahead when Stats returns must be counted delayed.
+	var stillDue int64
+	statsAt := time.Now()
+	for _, at := range due {
+		if at.After(statsAt) {
+			stillDue++
+		}
+	}
+	if err != nil || st.Delayed < stillDue || st.Delayed > int64(len(delays)) {
+		t.Errorf("stats while delayed = %+v, %v; want delayed between %d and %d", st, err, stillDue, len(delays))
 	}
 	for range delays {
 		dv := receiveOne(t, d, broker.ReceiveRequest{Lane: "work", Lease: time.Minute}, 10*time.Second)
