@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestGroupHold_Policy: while writes arrive at the hold rate, a write that
+// finds no writer busy is held (an idle writer does not take it) until a
+// full group is queued, and the group is the writes in arrival order;
+// below the rate, or with no hold, the same write is taken at once.
+func TestGroupHold_Policy(t *testing.T) {
+	// holdGap 10ms: the first gap counts as maxGap (10ms), so holding.
+	g := newGrouper(time.Hour, time.Hour, 100)
+	idle := takeAsync(g, false)
+	rs := newReqs(maxGroup)
+	g.push(rs[0])
+	mustWait(t, idle, "lone write while holding")
+	for _, r := range rs[1 : maxGroup-1] {
+		g.push(r)
+	}
+	mustWait(t, idle, "a group but one queued while holding")
+	g.push(rs[maxGroup-1])
+	got := mustTake(t, idle, maxGroup, "full group while holding")
+	for i, r := range got {
+		if r != rs[i] {
+			t.Fatalf("write %d of the group is not the %dth queued", i, i)
+		}
+	}
+	if g.held.Load() != 0 {
+		t.Errorf("held %d, want 0 (the group started full)", g.held.Load())
+	}
+	(&Store{g: g}).stopGroup()
+
+	for _, c := range []struct {
+		name string
+		g    *grouper
+	}{
+		{"below the hold rate", newGrouper(time.Hour, time.Hour, 1_000_000)}, // holdGap 1µs
+		{"no hold", newGrouper(time.Hour, 0, 100)},
+		{"no wait", newGrouper(-1, time.Hour, 100)},
+	} {
+		idle := takeAsync(c.g, false)
+		c.g.push(newReqs(1)[0])
+		mustTake(t, idle, 1, c.name)
+		(&Store{g: c.g}).stopGroup()
+	}
+}
+
+// TestGroupHold_Expires: a held write is taken once it has been held
+// GroupHold, with the writes that arrived meanwhile, and counted.
+func TestGroupHold_Expires(t *testing.T) {
+	g := newGrouper(time.Hour, 30*time.Millisecond, 100)
+	idle := takeAsync(g, false)
+	rs := newReqs(3)
+	for _, r := range rs {
+		g.push(r)
+	}
+	got := mustTake(t, idle, 3, "held writes")
+	for i, r := range got {
+		if r != rs[i] {
+			t.Fatalf("write %d of the group is not the %dth queued", i, i)
+		}
+	}
+	if g.held.Load() != 1 {
+		t.Errorf("held %d, want 1", g.held.Load())
+	}
+	(&Store{g: g}).stopGroup()
+}
+
+// TestGroupHold_Gap: the gap estimate follows the arrivals: writes pushed
+// back to back bring it under holdGap, one gap of maxGap takes it back
+// above (at the default rate).
+func TestGroupHold_Gap(t *testing.T) {
+	g := newGrouper(time.Hour, time.Hour, defaultGroupHoldRate)
+	rs := newReqs(200)
+	for _, r := range rs[:199] {
+		g.push(r)
+	}
+	g.mu.Lock()
+	fast := g.holding()
+	g.mu.Unlock()
+	if !fast {
+		t.Errorf("199 writes back to back: gap %v, not holding (holdGap %v)", g.gap, g.holdGap)
+	}
+	g.mu.Lock()
+	g.last = time.Now().Add(-time.Hour)
+	g.mu.Unlock()
+	g.push(rs[199])
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.holding() {
+		t.Errorf("after an idle hour: gap %v, still holding (holdGap %v)", g.gap, g.holdGap)
+	}
+}
+
+// TestGroupHold_Close: a write held when the store closes never runs; its
+// caller gets the error of a write after Close.
+func TestGroupHold_Close(t *testing.T) {
+	g := newGrouper(time.Hour, time.Hour, 100)
+	idle := takeAsync(g, false)
+	r := newReqs(1)[0]
+	g.push(r)
+	mustWait(t, idle, "lone write while holding")
+	(&Store{g: g}).stopGroup()
+	if rs := <-idle; rs != nil {
+		t.Fatalf("the writer took %d writes at Close", len(rs))
+	}
+	select {
+	case err := <-r.done:
+		if !errors.Is(err, errClosedPool) {
+			t.Errorf("held write at Close: %v, want %v", err, errClosedPool)
+		}
+	default:
+		t.Error("the write held at Close got no outcome")
+	}
+	if r.state.Load() != reqTaken {
+		t.Errorf("held write's state %d after Close, want taken (never run)", r.state.Load())
+	}
+}
