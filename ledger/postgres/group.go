@@ -84,8 +84,8 @@ const defaultGroupWait = time.Millisecond
 const (
 	defaultGroupHold     = time.Millisecond
 	defaultGroupHoldRate = 6000
-	maxGap           = 10 * time.Millisecond
-	gapWeight        = 32
+	maxGap               = 10 * time.Millisecond
+	gapWeight            = 32
 )
 
 type groupReq struct {
