@@ -69,14 +69,14 @@ const defaultGroupWait = time.Millisecond
 // each gap capped at maxGap) is at most holdGap, one second over
 // GroupHoldRate — a write that finds no writer busy waits up to GroupHold
 // (from its arrival) for others, and its group starts when that time is
-// up or a full group is queued. Below that rate nothing is held: a write
+// up or a full group is queued. Writes queued while a writer was busy are
+// not held: the writer that finishes takes them at once, as before. Below that rate nothing is held: a write
 // that finds no writer busy is sent at once, as before (with the default
 // 6,000 writes a second, a task being three writes or more, nothing is
 // held below 2,000 no-op tasks a second, nor at 1,000 tasks a second with
 // a step and an effect). One gap of maxGap (an idle moment) brings the
 // average to at least maxGap/gapWeight (about 310µs), above holdGap at any
-// rate above 3,200 a second. Holding only delays
-// when a group starts: the writes held are queued as any other (their
+// rate above 3,200 a second. Holding only delays when a group starts: the writes held are queued as any other (their
 // callers wait for their outcome; a caller whose context ends before its
 // write is taken withdraws it), and the group they share is planned and
 // run exactly as any other, so no write is lost, applied twice, or
@@ -123,10 +123,13 @@ type grouper struct {
 	// push.
 	gap  time.Duration
 	last time.Time
-	mu   sync.Mutex
-	q    []*groupReq // queued writes, oldest first
-	busy int         // writers running a group
-	idle int         // writers waiting on changed
+	// idleSince is when the last group ended with no other writer busy:
+	// a write queued before it found a writer busy, and is not held.
+	idleSince time.Time
+	mu        sync.Mutex
+	q         []*groupReq // queued writes, oldest first
+	busy      int         // writers running a group
+	idle      int         // writers waiting on changed
 	// changed is closed, and replaced, when a write arrives that may let
 	// an idle writer start a group.
 	changed chan struct{}
@@ -226,6 +229,9 @@ func (g *grouper) next(buf []*groupReq, ran bool, timer *time.Timer) []*groupReq
 	g.mu.Lock()
 	if ran {
 		g.busy--
+		if g.busy == 0 && g.hold > 0 {
+			g.idleSince = time.Now()
+		}
 	}
 	for {
 		if g.stopped {
@@ -240,7 +246,7 @@ func (g *grouper) next(buf []*groupReq, ran bool, timer *time.Timer) []*groupReq
 				take = true
 			case g.busy == 0:
 				take = true
-				if n < maxGroup && g.holding() {
+				if n < maxGroup && g.holding() && !g.q[0].at.Before(g.idleSince) {
 					if left = g.hold - time.Since(g.q[0].at); left > 0 {
 						take = false
 					} else {

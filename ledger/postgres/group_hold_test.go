@@ -119,3 +119,39 @@ func TestGroupHold_Close(t *testing.T) {
 		t.Errorf("held write's state %d after Close, want taken (never run)", r.state.Load())
 	}
 }
+
+// TestGroupHold_AfterBusy: writes queued while a writer was busy are not
+// held: the writer that finishes takes them at once, whatever the rate.
+func TestGroupHold_AfterBusy(t *testing.T) {
+	g := newGrouper(time.Hour, time.Hour, 100)
+	first := takeAsync(g, false)
+	for _, r := range newReqs(maxGroup) {
+		g.push(r)
+	}
+	mustTake(t, first, maxGroup, "full group")
+	rs := newReqs(2)
+	g.push(rs[0])
+	g.push(rs[1])
+	// The busy writer finishes and comes back for more.
+	got := mustTake(t, takeAsync(g, true), 2, "writes queued while a writer was busy")
+	if got[0] != rs[0] || got[1] != rs[1] {
+		t.Fatal("the group is not the writes in arrival order")
+	}
+	// A write after that finds no writer busy: held again.
+	idle := takeAsync(g, true)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		g.mu.Lock()
+		waiting := g.idle == 1
+		g.mu.Unlock()
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not come back idle")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.push(newReqs(1)[0])
+	mustWait(t, idle, "lone write after the writers went idle")
+	(&Store{g: g}).stopGroup()
+}
