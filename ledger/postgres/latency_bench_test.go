@@ -124,4 +124,12 @@ func benchWriteLatency(b *testing.B, rate int) {
 	b.ReportMetric(pct(end, 0.5), "end-p50-ms")
 	b.ReportMetric(pct(end, 0.99), "end-p99-ms")
 	b.ReportMetric(cpu*1e6/float64(b.N), "pg-cpu-µs/task")
+	if gs, ok := s.(interface {
+		GroupStats() (groups, writes, splits int64)
+		GroupHolds() int64
+	}); ok {
+		groups, _, _ := gs.GroupStats()
+		b.ReportMetric(float64(groups)/float64(b.N), "groups/task")
+		b.ReportMetric(float64(gs.GroupHolds())/float64(b.N), "held/task")
+	}
 }
