@@ -220,9 +220,10 @@ func TestGroupHold_Withdrawn(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("held Create with its context ended: %v, want DeadlineExceeded", err)
 	}
-	// A full group of other writes (each held until the group is full).
+	// The withdrawn write is still queued: with 63 others the queue holds
+	// a full group, which starts (each is held until then).
 	var wg sync.WaitGroup
-	errs := make([]error, 64)
+	errs := make([]error, 63)
 	for i := range errs {
 		wg.Add(1)
 		go func() {
