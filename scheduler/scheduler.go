@@ -865,9 +865,10 @@ func (s *Scheduler) countEvent(e Event) {
 func (s *Scheduler) Stopped() <-chan struct{} { return s.stopped }
 
 // Stop shuts down gracefully: it stops fetching, returns tasks received but
-// not started (without spending an attempt), and waits for running tasks
-// until ctx ends; tasks still running then are cancelled and returned the
-// same way. Stop is safe to call twice.
+// not started (without spending an attempt), lets receives in flight end
+// (each within Config.PollWait) and returns what they bring the same way,
+// and waits for running tasks until ctx ends; tasks still running then
+// are cancelled and returned the same way. Stop is safe to call twice.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	return s.stop(ctx, false)
 }
