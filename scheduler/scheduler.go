@@ -904,12 +904,12 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 	s.stopOnce.Do(func() {
 		s.stopFetch()
 	})
-	// Buffered tasks go back first, while receives in flight finish.
-	s.returnUnstarted(unstarted)
-	s.waitReceives(ctx)
 	if cancelNow {
 		s.cancelAll(errShutdown)
 	}
+	// Buffered tasks go back first, while receives in flight finish.
+	s.returnUnstarted(unstarted)
+	s.waitReceives(ctx)
 	done := make(chan struct{})
 	go func() { s.runWG.Wait(); close(done) }()
 	var err error
