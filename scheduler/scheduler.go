@@ -472,9 +472,7 @@ func (s *Scheduler) receive(l *laneState, f *fetchState, ask int, then func(rece
 	}
 	then(r)
 	s.mu.Unlock()
-	if len(ds) > 0 {
-		s.startReady()
-	}
+	s.startReady()
 	return r, true
 }
 
