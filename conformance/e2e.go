@@ -45,6 +45,7 @@ var E2ECases = []Case{
 	{"BadInput", TestE2EBadInput},
 	{"Snooze", TestE2ESnooze},
 	{"GracefulStop", TestE2EGracefulStop},
+	{"StopReturnsBuffered", TestE2EStopReturnsBuffered},
 	{"Ordering", TestE2EOrdering},
 	{"CancelQueued", TestE2ECancelQueued},
 	{"CancelRunning", TestE2ECancelRunning},

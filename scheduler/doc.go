@@ -80,7 +80,10 @@
 //
 // Stop stops fetching, returns unstarted deliveries without spending an
 // attempt, and waits for running tasks until its context ends; then it
-// cancels them and returns them the same way. StopAndCancel cancels at
+// cancels them and returns them the same way. Receives in flight are not
+// cancelled (on SQS a cancelled receive leaves the messages it took leased
+// until their lease ends): Stop waits for them, at most Config.PollWait
+// and five seconds more, and returns what they bring the same way. StopAndCancel cancels at
 // once. Both are safe to call twice. No signal handling happens here; that
 // belongs to the program (cmd/switchyard does it).
 package scheduler

@@ -93,39 +93,29 @@ func (s *Scheduler) spawn(l *laneState, f *fetchState, asked int, ds []*broker.D
 // receiveMore is one extra receiver of lane l (see the comment above).
 func (s *Scheduler) receiveMore(l *laneState, f *fetchState) {
 	defer s.fetchWG.Done()
-	ctx := s.fetchCtx
 	for {
 		s.mu.Lock()
-		if ctx.Err() != nil || s.stopping || l.isPaused() || s.cfg.Prefetch-len(l.buf)-f.reserved < f.batch {
+		if s.fetchCtx.Err() != nil || s.stopping || l.isPaused() || s.cfg.Prefetch-len(l.buf)-f.reserved < f.batch {
 			f.extras--
 			s.mu.Unlock()
 			return
 		}
 		f.reserved += f.batch
 		s.mu.Unlock()
-		sent := time.Now()
-		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: f.batch, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-		now := time.Now()
-		s.mu.Lock()
-		f.reserved -= f.batch
-		if s.stopping {
+		full := false
+		_, ok := s.receive(l, f, f.batch, func(r receipt) {
+			// Errors end this receiver: the fetch loop reports them and
+			// backs off.
+			full = r.err == nil && len(r.ds) >= f.batch && behind(r.ds, r.rtt, r.at)
+			if !full {
+				f.extras--
+			}
+		})
+		if !ok {
+			s.mu.Lock()
 			f.extras--
 			s.mu.Unlock()
-			s.returnUnstarted(ds)
 			return
-		}
-		for _, d := range ds {
-			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
-		}
-		// Errors end this receiver: the fetch loop reports them and
-		// backs off.
-		full := err == nil && len(ds) >= f.batch && behind(ds, now.Sub(sent), now)
-		if !full {
-			f.extras--
-		}
-		s.mu.Unlock()
-		if len(ds) > 0 {
-			s.startReady() // as the fetch loop does
 		}
 		if !full {
 			return

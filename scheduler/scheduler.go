@@ -36,14 +36,23 @@ type Scheduler struct {
 	opTimeout time.Duration // opTimeout; tests shorten it
 	fetchCtx  context.Context
 	stopFetch context.CancelFunc
-	runCtx    context.Context
-	fetchWG   sync.WaitGroup
-	runWG     sync.WaitGroup
-	loopWG    sync.WaitGroup
-	stopOnce  sync.Once
-	stopped   chan struct{}
-	acks      *acker
-	hist      history // per-lane, per-minute counts for ledger.History (history.go)
+	// recvCtx is the receives' context. Stop does not cancel it with
+	// fetchCtx: a receive already sent may have taken messages from the
+	// broker (SQS leases them before its response is read), and a
+	// cancelled one drops them until their leases end. Stop lets receives
+	// in flight finish (each is bounded by Config.PollWait) and gives back
+	// what they bring; it cancels them only after receiveGrace more, or
+	// when its own context ends.
+	recvCtx  context.Context
+	stopRecv context.CancelFunc
+	runCtx   context.Context
+	fetchWG  sync.WaitGroup
+	runWG    sync.WaitGroup
+	loopWG   sync.WaitGroup
+	stopOnce sync.Once
+	stopped  chan struct{}
+	acks     *acker
+	hist     history // per-lane, per-minute counts for ledger.History (history.go)
 	// countHist: the ledger keeps a history, so hist is written somewhere;
 	// without one, counting would only fill hist up to its bound.
 	countHist bool
@@ -277,6 +286,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	s.started = true
 	s.fetchCtx, s.stopFetch = context.WithCancel(context.WithoutCancel(ctx))
+	s.recvCtx, s.stopRecv = context.WithCancel(context.WithoutCancel(ctx))
 	// Never cancelled as a whole (cancelAll cancels each running task):
 	// a context without cancellation keeps each task's own context from
 	// registering with it, a lock and a map write per task start and end.
@@ -363,7 +373,7 @@ func (s *Scheduler) fetch(l *laneState) {
 		low := len(l.buf) <= lowWater
 		paused := l.isPaused()
 		ask := 0
-		if room > 0 && low && !paused {
+		if room > 0 && low && !paused && !s.stopping {
 			ask = f.ask(room)
 			f.reserved += ask
 		}
@@ -393,22 +403,28 @@ func (s *Scheduler) fetch(l *laneState) {
 			select {
 			case <-ctx.Done():
 				wait.Stop()
+				s.mu.Lock()
+				f.reserved -= ask
+				s.mu.Unlock()
 				return
 			case <-wait.C:
 			}
 		}
-		sent := time.Now()
-		ds, err := s.b.Receive(ctx, broker.ReceiveRequest{Lane: l.def.Name, Max: ask, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
-		now := time.Now()
-		pacer.received(now, len(ds), ask, err)
-		if err != nil {
-			s.mu.Lock()
-			f.reserved -= ask
-			s.mu.Unlock()
-			if ctx.Err() != nil {
-				return
+		var more bool
+		r, ok := s.receive(l, f, ask, func(r receipt) {
+			if more = s.spawn(l, f, ask, r.ds, r.rtt, r.at); more {
+				s.fetchWG.Add(1) // Stop waits in fetchWG.Wait, after this loop's own count
 			}
-			s.cfg.Logger.Warn("switchyard: receive failed", "lane", l.def.Name, "error", err, "retry_in", backoff)
+		})
+		pacer.received(r.at, len(r.ds), ask, r.err)
+		if !ok {
+			return
+		}
+		if more {
+			go s.receiveMore(l, f)
+		}
+		if r.err != nil {
+			s.cfg.Logger.Warn("switchyard: receive failed", "lane", l.def.Name, "error", r.err, "retry_in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -418,28 +434,46 @@ func (s *Scheduler) fetch(l *laneState) {
 			continue
 		}
 		backoff = 100 * time.Millisecond
-		s.mu.Lock()
-		f.reserved -= ask
-		if s.stopping {
-			s.mu.Unlock()
-			s.returnUnstarted(ds)
-			return
-		}
-		for _, d := range ds {
-			l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
-		}
-		more := s.spawn(l, f, ask, ds, now.Sub(sent), now)
-		if more {
-			s.fetchWG.Add(1) // Stop waits in fetchWG.Wait, after this loop's own count
-		}
-		s.mu.Unlock()
-		if more {
-			go s.receiveMore(l, f)
-		}
-		// Start what the free slots take here, rather than wake the
-		// dispatch loop to do it: one goroutine wake-up less a receive.
-		s.startReady()
 	}
+}
+
+// receipt is one receive's outcome: what came, or its error; how long it
+// took and when it returned.
+type receipt struct {
+	ds  []*broker.Delivery
+	err error
+	rtt time.Duration
+	at  time.Time
+}
+
+// receive is one receive of up to ask messages for lane l, which the
+// caller has reserved in f: it buffers what comes and starts what the free
+// slots take (here rather than by waking the dispatch loop: one goroutine
+// wake-up less a receive). then, run under s.mu once the buffer holds the
+// receive's messages, is where the fetch loop and the extra receivers
+// decide on the next receive (fanout.go). Once the scheduler is stopping
+// receive gives what came back at once, unstarted and without spending an
+// attempt, and reports false: the caller ends. The receive runs under
+// s.recvCtx, which Stop does not cancel at once (see Scheduler.recvCtx).
+func (s *Scheduler) receive(l *laneState, f *fetchState, ask int, then func(receipt)) (receipt, bool) {
+	sent := time.Now()
+	ds, err := s.b.Receive(s.recvCtx, broker.ReceiveRequest{Lane: l.def.Name, Max: ask, Lease: s.cfg.Lease, Wait: s.cfg.PollWait})
+	now := time.Now()
+	r := receipt{ds: ds, err: err, rtt: now.Sub(sent), at: now}
+	s.mu.Lock()
+	f.reserved -= ask
+	if s.stopping {
+		s.mu.Unlock()
+		s.returnUnstarted(ds)
+		return r, false
+	}
+	for _, d := range ds {
+		l.buf = append(l.buf, newTask(d, s.costOf(d.Kind)))
+	}
+	then(r)
+	s.mu.Unlock()
+	s.startReady()
+	return r, true
 }
 
 // startReady starts buffered tasks while the policy gives them free slots.
@@ -829,9 +863,10 @@ func (s *Scheduler) countEvent(e Event) {
 func (s *Scheduler) Stopped() <-chan struct{} { return s.stopped }
 
 // Stop shuts down gracefully: it stops fetching, returns tasks received but
-// not started (without spending an attempt), and waits for running tasks
-// until ctx ends; tasks still running then are cancelled and returned the
-// same way. Stop is safe to call twice.
+// not started (without spending an attempt), lets receives in flight end
+// (each within Config.PollWait) and returns what they bring the same way,
+// and waits for running tasks until ctx ends; tasks still running then
+// are cancelled and returned the same way. Stop is safe to call twice.
 func (s *Scheduler) Stop(ctx context.Context) error {
 	return s.stop(ctx, false)
 }
@@ -867,11 +902,12 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 	s.stopOnce.Do(func() {
 		s.stopFetch()
 	})
-	s.fetchWG.Wait()
-	s.returnUnstarted(unstarted)
 	if cancelNow {
 		s.cancelAll(errShutdown)
 	}
+	// Buffered tasks go back first, while receives in flight finish.
+	s.returnUnstarted(unstarted)
+	s.waitReceives(ctx)
 	done := make(chan struct{})
 	go func() { s.runWG.Wait(); close(done) }()
 	var err error
@@ -900,6 +936,32 @@ func (s *Scheduler) stop(ctx context.Context, cancelNow bool) error {
 	return err
 }
 
+// receiveGrace is how long Stop waits for the receives in flight beyond
+// Config.PollWait, the longest a receive waits for messages, before it
+// cancels them (what a cancelled receive had taken may then stay leased
+// until its lease ends).
+const receiveGrace = 5 * time.Second
+
+// waitReceives waits for the fetch loops and receivers to end: each gives
+// back what its receive in flight brings (Scheduler.receive). It cancels
+// the receives after Config.PollWait and receiveGrace, or when ctx ends.
+func (s *Scheduler) waitReceives(ctx context.Context) {
+	defer s.stopRecv()
+	done := make(chan struct{})
+	go func() { s.fetchWG.Wait(); close(done) }()
+	t := time.NewTimer(s.cfg.PollWait + receiveGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	s.cfg.Logger.Warn("switchyard: stopping: cancelling receives still in flight; what they took comes back after its lease")
+	s.stopRecv()
+	<-done
+}
+
 func (s *Scheduler) cancelAll(cause error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -908,17 +970,31 @@ func (s *Scheduler) cancelAll(cause error) {
 	}
 }
 
-// returnUnstarted gives deliveries back without spending attempts.
+// returnUnstarted gives deliveries back without spending attempts, a few
+// at a time: a broker without a native release re-publishes each one and
+// acks it (two round trips a delivery on SQS), and a stopping Server holds
+// up to Config.Prefetch a lane.
 func (s *Scheduler) returnUnstarted(ds []*broker.Delivery) {
 	if len(ds) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, returnConcurrency)
 	for _, d := range ds {
-		if err := s.b.Release(ctx, d, 0); err != nil {
-			s.cfg.Logger.Warn("switchyard: returning an unstarted task failed; it comes back after its lease", "task", d.ID, "error", err)
-		}
-		s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := s.b.Release(ctx, d, 0); err != nil {
+				s.cfg.Logger.Warn("switchyard: returning an unstarted task failed; it comes back after its lease", "task", d.ID, "error", err)
+			}
+			s.observe(Event{Type: EventReturned, TaskID: d.ID, Kind: d.Kind, Lane: d.Lane, Attempt: d.Attempt})
+		}()
 	}
+	wg.Wait()
 }
+
+// returnConcurrency bounds the releases returnUnstarted has in flight.
+const returnConcurrency = 8

@@ -174,6 +174,18 @@
 // answers the retry with the lost attempt's messages. Standard queues have
 // no such parameter (nor does the emulator fauxqs 1.9.2 honour it).
 //
+// A Receive whose context ends while a ReceiveMessage call is out returns
+// at once, but the call is not cancelled: SQS leases a receive's messages
+// before its response is read, and a call cancelled mid-response (the SDK
+// logs "failed to discard remaining HTTP response body") would leave them
+// leased to nobody until their visibility timeout ends. The call runs on
+// (until Close, or 30 s beyond its wait), and what it brings is made
+// visible again at once with ChangeMessageVisibilityBatch; that delivery
+// counts in ApproximateReceiveCount, so the next one has the next attempt
+// number. The scheduler does not cancel its receives at Stop (it lets them
+// finish and gives their messages back unspent), so this is for other
+// callers and for a Stop whose context ends first.
+//
 // # IAM
 //
 // The least-privilege policy, for namespace "myapp" (FIFO names are

@@ -143,7 +143,7 @@ func (d *Driver) Receive(ctx context.Context, req broker.ReceiveRequest) ([]*bro
 			// (see receiveAttemptID).
 			in.ReceiveRequestAttemptId = aws.String(receiveAttemptID())
 		}
-		resp, err := d.client.ReceiveMessage(ctx, in)
+		resp, err := d.receiveMessage(ctx, in)
 		if err == nil {
 			pace.polled(time.Now(), len(resp.Messages))
 		}
@@ -348,6 +348,62 @@ func (d *Driver) takeHeld(ctx context.Context, queue string, want int, vt int32)
 		}
 	}
 	return out
+}
+
+// abandonGrace bounds a ReceiveMessage call whose caller has gone, beyond
+// the call's own long-poll wait.
+const abandonGrace = 30 * time.Second
+
+// receiveMessage calls ReceiveMessage, and returns when ctx ends without
+// cancelling the call. SQS leases the messages of a receive before its
+// response is read: a call cancelled mid-response (the SDK then logs
+// "failed to discard remaining HTTP response body") has taken messages
+// that nobody gets until their visibility timeout ends. Here the call
+// runs on; what it brings for a caller that has gone is made visible
+// again at once (ChangeMessageVisibilityBatch to 0). That delivery counts
+// in ApproximateReceiveCount, as any receive does: the next one has the
+// next attempt number. The call is cancelled only when the driver closes,
+// or abandonGrace after its wait.
+func (d *Driver) receiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error) {
+	if ctx.Done() == nil {
+		return d.client.ReceiveMessage(ctx, in)
+	}
+	type result struct {
+		out *awssqs.ReceiveMessageOutput
+		err error
+	}
+	done := make(chan result, 1)
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(in.WaitTimeSeconds)*time.Second+abandonGrace)
+	stop := context.AfterFunc(d.bg, cancel) // Close ends the call
+	go func() {
+		defer stop()
+		defer cancel()
+		out, err := d.client.ReceiveMessage(callCtx, in)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		return r.out, r.err
+	case <-ctx.Done():
+	}
+	go func() {
+		r := <-done
+		if r.err != nil || len(r.out.Messages) == 0 {
+			return
+		}
+		hs := make([]*handle, len(r.out.Messages))
+		for i, m := range r.out.Messages {
+			hs[i] = &handle{queue: aws.ToString(in.QueueUrl), receipt: aws.ToString(m.ReceiptHandle)}
+		}
+		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, chunk := range chunkByQueue(hs) {
+			if _, err := d.changeVisibilityBatch(hctx, chunk, 0); err != nil {
+				d.log.Warn("sqs: giving back the messages of an abandoned receive failed; they come back after their visibility timeout", "queue", aws.ToString(in.QueueUrl), "messages", len(chunk), "error", err)
+			}
+		}
+	}()
+	return nil, ctx.Err()
 }
 
 // receiveAttemptID is a fresh ReceiveRequestAttemptId for one
