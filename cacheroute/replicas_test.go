@@ -116,7 +116,13 @@ func TestRouter_CachedShareOnReplicas(t *testing.T) {
 	homed, spilled := r.Placement()
 	t.Logf("round robin: cached share %.1f%% (%+v)", 100*share(rr), rr)
 	t.Logf("cache-key routing: cached share %.1f%% (%+v); %d calls on their home, %d spilled", 100*share(aff), aff, homed, spilled)
-	if share(rr) > 0.2 || share(aff) < 0.8 {
+	// Routed, the share has measured 76-88 %: how many calls spill off
+	// their home (the bound of 4 in flight a replica) depends on how the
+	// machine schedules the workers, and a spill can both evict a home
+	// prefix and relieve a home that holds more prefixes than its cache
+	// (rendezvous hashing does not balance 50 keys exactly; with no spill
+	// at all the share is 76 %). Round robin stays under 1 %.
+	if share(rr) > 0.2 || share(aff) < 0.6 {
 		t.Fatalf("cached share %.3f round robin, %.3f routed: want routing to keep most prefixes cached", share(rr), share(aff))
 	}
 	sh := r.Shares()
