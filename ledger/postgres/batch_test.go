@@ -36,7 +36,7 @@ func heldGroups(t *testing.T) *Store {
 		s.pool.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 		s.Close()
 	})
-	s.g = newGrouper(-1, 0, 0)
+	s.g = newGrouper(-1)
 	return s
 }
 

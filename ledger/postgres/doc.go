@@ -17,11 +17,6 @@
 //	group_commit=true  false: every hot write is its own statement and commit
 //	group_wait=1ms     the longest a write waits for a busy group writer while
 //	                   another is free (0: none); see Options.GroupWait
-//	group_hold=1ms     the longest a write that finds no group writer busy waits
-//	                   for company while writes arrive fast (0: never); see
-//	                   Options.GroupHold
-//	group_hold_rate=6000  the writes a second at and above which group_hold
-//	                   applies; see Options.GroupHoldRate
 //
 // pgx's connection parameters (sslmode, sslrootcert, connect_timeout,
 // application_name, target_session_attrs, …) and pool parameters

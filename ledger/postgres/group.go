@@ -58,36 +58,6 @@ const maxGroup = 64
 // defaultGroupWait is Options.GroupWait's default.
 const defaultGroupWait = time.Millisecond
 
-// Holding a lone write. A write that finds no writer busy is a commit of
-// its own, and a commit costs PostgreSQL far more than a write in a group
-// (with the listeners' wake-ups it brings: docs/BENCHMARKS.md, "Where a
-// task's transactions go"). Through the public API a few thousand writes
-// a second leave the writer idle for moments between groups, and the
-// next write to arrive goes alone; the writes that arrive while it runs
-// make the next group. So while writes arrive fast — the moving average
-// of the gaps between them (gap, over about the last gapWeight writes,
-// each gap capped at maxGap) is at most holdGap, one second over
-// GroupHoldRate — a write that finds no writer busy waits up to GroupHold
-// (from its arrival) for others, and its group starts when that time is
-// up or a full group is queued. Writes queued while a writer was busy are
-// not held: the writer that finishes takes them at once, as before. Below that rate nothing is held: a write
-// that finds no writer busy is sent at once, as before (with the default
-// 6,000 writes a second, a task being three writes or more, nothing is
-// held below 2,000 no-op tasks a second, nor at 1,000 tasks a second with
-// a step and an effect). One gap of maxGap (an idle moment) brings the
-// average to at least maxGap/gapWeight (about 310µs), above holdGap at any
-// rate above 3,200 a second. Holding only delays when a group starts: the writes held are queued as any other (their
-// callers wait for their outcome; a caller whose context ends before its
-// write is taken withdraws it), and the group they share is planned and
-// run exactly as any other, so no write is lost, applied twice, or
-// reordered against a write its caller made before.
-const (
-	defaultGroupHold     = time.Millisecond
-	defaultGroupHoldRate = 6000
-	maxGap               = 10 * time.Millisecond
-	gapWeight            = 32
-)
-
 type groupReq struct {
 	sql  string
 	args []any
@@ -114,22 +84,10 @@ type grouper struct {
 	// before an idle one takes it (negative: an idle writer takes a write
 	// at once).
 	wait time.Duration
-	// hold is how long a write that finds no writer busy may wait for
-	// company while writes are arriving fast, at most holdGap apart on
-	// average (see "Holding a lone write" below); 0: never.
-	hold, holdGap time.Duration
-	// gap estimates the time between writes (a moving average of the
-	// gaps between pushes, each capped at maxGap); last is the latest
-	// push.
-	gap  time.Duration
-	last time.Time
-	// idleSince is when the last group ended with no other writer busy:
-	// a write queued before it found a writer busy, and is not held.
-	idleSince time.Time
-	mu        sync.Mutex
-	q         []*groupReq // queued writes, oldest first
-	busy      int         // writers running a group
-	idle      int         // writers waiting on changed
+	mu   sync.Mutex
+	q    []*groupReq // queued writes, oldest first
+	busy int         // writers running a group
+	idle int         // writers waiting on changed
 	// changed is closed, and replaced, when a write arrives that may let
 	// an idle writer start a group.
 	changed chan struct{}
@@ -145,25 +103,15 @@ type grouper struct {
 	// write had waited GroupWait for a busy one, full those it started
 	// because maxGroup writes were waiting.
 	waited, full atomic.Int64
-	// held counts the groups started after a lone write was held for
-	// company.
-	held atomic.Int64
 }
 
-func newGrouper(wait, hold time.Duration, holdRate int) *grouper {
-	if hold < 0 || wait < 0 || holdRate <= 0 {
-		hold = 0
-	}
-	g := &grouper{wait: wait, hold: hold, gap: maxGap, changed: make(chan struct{}), stop: make(chan struct{})}
-	if hold > 0 {
-		g.holdGap = time.Second / time.Duration(holdRate)
-	}
-	return g
+func newGrouper(wait time.Duration) *grouper {
+	return &grouper{wait: wait, changed: make(chan struct{}), stop: make(chan struct{})}
 }
 
 // startGroup starts n writer goroutines.
 func (s *Store) startGroup(n int) {
-	g := newGrouper(s.opts.GroupWait, s.opts.GroupHold, s.opts.GroupHoldRate)
+	g := newGrouper(s.opts.GroupWait)
 	s.g = g
 	for range n {
 		g.wg.Add(1)
@@ -197,29 +145,18 @@ var errClosedPool = errors.New("closed pool")
 // push queues r and wakes the idle writers when r may start a group: it
 // is the only write queued, or it fills a group.
 func (g *grouper) push(r *groupReq) error {
-	now := time.Now()
-	r.at = now
+	r.at = time.Now()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopped {
 		return errClosedPool
 	}
-	if g.hold > 0 {
-		g.gap += (min(now.Sub(g.last), maxGap) - g.gap) / gapWeight
-		g.last = now
-	}
 	g.q = append(g.q, r)
-	if n := len(g.q); g.idle > 0 && (n == 1 || n == maxGroup || g.busy == 0 && !g.holding()) {
+	if n := len(g.q); g.idle > 0 && (n == 1 || n == maxGroup || g.busy == 0) {
 		close(g.changed)
 		g.changed = make(chan struct{})
 	}
 	return nil
-}
-
-// holding says a write that finds no writer busy waits for company: the
-// writes arrive at least at the hold rate on average.
-func (g *grouper) holding() bool {
-	return g.hold > 0 && g.gap <= g.holdGap
 }
 
 // next waits until this writer may start a group and returns its writes
@@ -229,9 +166,6 @@ func (g *grouper) next(buf []*groupReq, ran bool, timer *time.Timer) []*groupReq
 	g.mu.Lock()
 	if ran {
 		g.busy--
-		if g.busy == 0 && g.hold > 0 {
-			g.idleSince = time.Now()
-		}
 	}
 	for {
 		if g.stopped {
@@ -240,23 +174,12 @@ func (g *grouper) next(buf []*groupReq, ran bool, timer *time.Timer) []*groupReq
 		}
 		var left time.Duration
 		if n := len(g.q); n > 0 {
-			var take bool
-			switch {
-			case g.wait < 0:
-				take = true
-			case g.busy == 0:
-				take = true
-				if n < maxGroup && g.holding() && !g.q[0].at.Before(g.idleSince) {
-					if left = g.hold - time.Since(g.q[0].at); left > 0 {
-						take = false
-					} else {
-						g.held.Add(1)
-					}
-				}
-			case n >= maxGroup:
+			take := g.busy == 0 || g.wait < 0
+			if !take && n >= maxGroup {
 				take = true
 				g.full.Add(1)
-			default:
+			}
+			if !take {
 				left = g.wait - time.Since(g.q[0].at)
 				if left <= 0 {
 					take = true
@@ -492,13 +415,4 @@ func (s *Store) GroupStarts() (waited, full int64) {
 		return 0, 0
 	}
 	return s.g.waited.Load(), s.g.full.Load()
-}
-
-// GroupHolds reports how many groups an idle writer started when a write
-// that found no writer busy had been held GroupHold for company.
-func (s *Store) GroupHolds() int64 {
-	if s.g == nil {
-		return 0
-	}
-	return s.g.held.Load()
 }

@@ -54,7 +54,7 @@ func mustWait(t *testing.T, ch <-chan []*groupReq, what string) {
 // takes them all when it finishes), and an idle writer takes them only
 // when a full group waits or the oldest has waited GroupWait.
 func TestGroupWait_Policy(t *testing.T) {
-	g := newGrouper(time.Hour, 0, 0)
+	g := newGrouper(time.Hour)
 	idle := takeAsync(g, false)
 	rs := newReqs(maxGroup + 5)
 	// No writer busy: the first write starts a group at once.
@@ -112,7 +112,7 @@ func TestGroupWait_Policy(t *testing.T) {
 // takes it at once.
 func TestGroupWait_Bound(t *testing.T) {
 	for _, wait := range []time.Duration{200 * time.Millisecond, -1} {
-		g := newGrouper(wait, 0, 0)
+		g := newGrouper(wait)
 		rs := newReqs(2)
 		first := takeAsync(g, false)
 		g.push(rs[0])

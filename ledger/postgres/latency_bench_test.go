@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,25 +22,11 @@ import (
 // to BeginRun's return (Create + BeginRun: the ledger's share of enqueue →
 // start) and of EndRun, and the CPU of the run's own PostgreSQL backends
 // per task (as TaskCost). SWITCHYARD_BENCH_LEDGER_PARAMS is appended to
-// the ledger DSN (e.g. group_wait=0). SWITCHYARD_BENCH_RATES, a
-// comma-separated list of tasks per second, replaces the rates 200 and
-// 1000 (e.g. 200,1000,3000: above 2,000 tasks a second, 6,000 writes, a
-// lone write is held for company; Options.GroupHold).
+// the ledger DSN (e.g. group_wait=0).
 //
 //	go test ./ledger/postgres/ -run '^$' -bench WriteLatency -benchtime 2000x
 func BenchmarkWriteLatency(b *testing.B) {
-	rates := []int{200, 1000}
-	if v := os.Getenv("SWITCHYARD_BENCH_RATES"); v != "" {
-		rates = nil
-		for _, f := range strings.Split(v, ",") {
-			r, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || r <= 0 {
-				b.Fatalf("SWITCHYARD_BENCH_RATES: %q is not a positive rate", f)
-			}
-			rates = append(rates, r)
-		}
-	}
-	for _, rate := range rates {
+	for _, rate := range []int{200, 1000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) { benchWriteLatency(b, rate) })
 	}
 }
@@ -124,12 +109,4 @@ func benchWriteLatency(b *testing.B, rate int) {
 	b.ReportMetric(pct(end, 0.5), "end-p50-ms")
 	b.ReportMetric(pct(end, 0.99), "end-p99-ms")
 	b.ReportMetric(cpu*1e6/float64(b.N), "pg-cpu-µs/task")
-	if gs, ok := s.(interface {
-		GroupStats() (groups, writes, splits int64)
-		GroupHolds() int64
-	}); ok {
-		groups, _, _ := gs.GroupStats()
-		b.ReportMetric(float64(groups)/float64(b.N), "groups/task")
-		b.ReportMetric(float64(gs.GroupHolds())/float64(b.N), "held/task")
-	}
 }

@@ -62,19 +62,6 @@ type Options struct {
 	// negative value means no wait (an idle writer takes every write at
 	// once). DSN: group_wait=1ms (0 for no wait).
 	GroupWait time.Duration
-	// GroupHold is how long a write that finds no group writer busy may
-	// wait for other writes to share its commit, only while writes arrive
-	// at GroupHoldRate or faster on average (group.go, "Holding a lone
-	// write"); at lower rates such a write is sent at once. Longer holds
-	// make larger groups and fewer commits under sustained load, at up to
-	// GroupHold added to such a write. Defaults to 1ms; a negative value
-	// (or a negative GroupWait) means never. DSN: group_hold=1ms (0 for
-	// never).
-	GroupHold time.Duration
-	// GroupHoldRate is the rate of writes (per second, all kinds) at and
-	// above which GroupHold applies. Defaults to 6000 (2,000 no-op tasks
-	// a second). DSN: group_hold_rate=6000.
-	GroupHoldRate int
 }
 
 var schemaRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
@@ -95,15 +82,6 @@ func (o *Options) withDefaults() (Options, error) {
 		c.GroupWait = defaultGroupWait
 	case c.GroupWait < 0:
 		c.GroupWait = -1
-	}
-	switch {
-	case c.GroupHold == 0:
-		c.GroupHold = defaultGroupHold
-	case c.GroupHold < 0:
-		c.GroupHold = -1
-	}
-	if c.GroupHoldRate <= 0 {
-		c.GroupHoldRate = defaultGroupHoldRate
 	}
 	return c, nil
 }
@@ -183,7 +161,7 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	var unknown []string
 	for k, v := range vals {
 		switch {
-		case k == "schema" || k == "dedup_window" || k == "group_commit" || k == "group_wait" || k == "group_hold" || k == "group_hold_rate":
+		case k == "schema" || k == "dedup_window" || k == "group_commit" || k == "group_wait":
 			mine[k] = v
 			delete(vals, k)
 		case !pgxParams[k]:
@@ -197,11 +175,9 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	}
 	o.NoGroupCommit = !q.Bool("group_commit", true)
 	o.GroupWait = q.Duration("group_wait", defaultGroupWait)
-	o.GroupHold = q.Duration("group_hold", defaultGroupHold)
-	o.GroupHoldRate = q.Int("group_hold_rate", defaultGroupHoldRate)
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
-		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window, group_commit, group_wait, group_hold, group_hold_rate; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
+		q.Errorf("unknown parameter(s) %s (the ledger's: schema, dedup_window, group_commit, group_wait; and pgx's connection and pool_* parameters)", strings.Join(unknown, ", "))
 	}
 	if err := q.Finish(); err != nil {
 		return nil, broker.Invalidf("ledger DSN: %s", strings.TrimPrefix(err.Error(), "broker URL: "))
@@ -211,12 +187,6 @@ func openURL(ctx context.Context, u *url.URL) (ledger.Ledger, error) {
 	}
 	if o.GroupWait == 0 {
 		o.GroupWait = -1 // no wait
-	}
-	if o.GroupHold == 0 {
-		o.GroupHold = -1 // never hold
-	}
-	if o.GroupHoldRate <= 0 {
-		return nil, broker.Invalidf("ledger DSN: group_hold_rate must be positive")
 	}
 	c := *u
 	c.RawQuery = vals.Encode()
