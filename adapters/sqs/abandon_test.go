@@ -45,11 +45,17 @@ func (l *lateTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestReceiveCancelledMidResponse: a Receive whose context ends while the
 // ReceiveMessage response is on the way (the server has leased its
-// messages) returns at once with the context's error, and the messages
-// are visible again right after the response lands, not after their
-// visibility timeout. Their next delivery is their second
+// messages) returns with the context's error — a long poll at once, a
+// short poll when its round trip ends (it runs on its caller's goroutine)
+// — and the messages are visible again right after the response lands,
+// not after their visibility timeout. Their next delivery is their second
 // (ApproximateReceiveCount counts the abandoned one).
 func TestReceiveCancelledMidResponse(t *testing.T) {
+	t.Run("long poll", func(t *testing.T) { receiveCancelledMidResponse(t, 2*time.Second) }) // WaitTimeSeconds 1
+	t.Run("short poll", func(t *testing.T) { receiveCancelledMidResponse(t, 0) })
+}
+
+func receiveCancelledMidResponse(t *testing.T, wait time.Duration) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -79,13 +85,13 @@ func TestReceiveCancelledMidResponse(t *testing.T) {
 	lt.late.Store(true)
 	rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	start := time.Now()
-	ds, err := d.Receive(rctx, broker.ReceiveRequest{Lane: "a", Max: 10, Lease: time.Minute})
+	ds, err := d.Receive(rctx, broker.ReceiveRequest{Lane: "a", Max: 10, Lease: time.Minute, Wait: wait})
 	rcancel()
 	if len(ds) != 0 || !broker.IsContext(err) {
 		t.Fatalf("cancelled receive returned %d deliveries, error %v; want none and a context error", len(ds), err)
 	}
-	if el := time.Since(start); el > 400*time.Millisecond {
-		t.Errorf("cancelled receive returned after %s, not when its context ended", el)
+	if el := time.Since(start); wait > 0 && el > 400*time.Millisecond {
+		t.Errorf("cancelled long poll returned after %s, not when its context ended", el)
 	}
 	lt.late.Store(false)
 	// A minute's visibility timeout: what comes back within the 20 s

@@ -175,7 +175,9 @@
 // no such parameter (nor does the emulator fauxqs 1.9.2 honour it).
 //
 // A Receive whose context ends while a ReceiveMessage call is out returns
-// at once, but the call is not cancelled: SQS leases a receive's messages
+// the context's error — a long poll at once, a short poll (WaitTimeSeconds
+// 0, which ends within its round trip) when its response has come — but
+// the call is not cancelled: SQS leases a receive's messages
 // before its response is read, and a call cancelled mid-response (the SDK
 // logs "failed to discard remaining HTTP response body") would leave them
 // leased to nobody until their visibility timeout ends. The call runs on

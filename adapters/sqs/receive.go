@@ -354,27 +354,45 @@ func (d *Driver) takeHeld(ctx context.Context, queue string, want int, vt int32)
 // the call's own long-poll wait.
 const abandonGrace = 30 * time.Second
 
-// receiveMessage calls ReceiveMessage, and returns when ctx ends without
-// cancelling the call. SQS leases the messages of a receive before its
-// response is read: a call cancelled mid-response (the SDK then logs
-// "failed to discard remaining HTTP response body") has taken messages
-// that nobody gets until their visibility timeout ends. Here the call
-// runs on; what it brings for a caller that has gone is made visible
-// again at once (ChangeMessageVisibilityBatch to 0). That delivery counts
-// in ApproximateReceiveCount, as any receive does: the next one has the
-// next attempt number. The call is cancelled only when the driver closes,
-// or abandonGrace after its wait.
+// receiveMessage calls ReceiveMessage without letting ctx cancel the
+// call. SQS leases the messages of a receive before its response is read:
+// a call cancelled mid-response (the SDK then logs "failed to discard
+// remaining HTTP response body") has taken messages that nobody gets until
+// their visibility timeout ends. Here the call runs on, and what it brings
+// for a caller whose ctx has ended is made visible again at once
+// (ChangeMessageVisibilityBatch to 0; that delivery counts in
+// ApproximateReceiveCount, as any receive does: the next one has the next
+// attempt number), and the caller gets ctx's error.
+//
+// A long poll (WaitTimeSeconds > 0) runs on its own goroutine, so its
+// caller returns as soon as ctx ends. A short poll runs on the caller's:
+// it ends within its round trip, and a goroutine and a channel a call
+// cost about a tenth of the Server's CPU a task on the emulator (paced
+// short polls bring few messages each). Either is cancelled when the
+// driver closes, or abandonGrace after its wait.
 func (d *Driver) receiveMessage(ctx context.Context, in *awssqs.ReceiveMessageInput) (*awssqs.ReceiveMessageOutput, error) {
 	if ctx.Done() == nil {
 		return d.client.ReceiveMessage(ctx, in)
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(in.WaitTimeSeconds)*time.Second+abandonGrace)
+	stop := context.AfterFunc(d.bg, cancel) // Close ends the call
+	if in.WaitTimeSeconds == 0 {
+		out, err := d.client.ReceiveMessage(callCtx, in)
+		stop()
+		cancel()
+		if ctx.Err() != nil {
+			if err == nil {
+				go d.giveBack(in, out)
+			}
+			return nil, ctx.Err()
+		}
+		return out, err
 	}
 	type result struct {
 		out *awssqs.ReceiveMessageOutput
 		err error
 	}
 	done := make(chan result, 1)
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(in.WaitTimeSeconds)*time.Second+abandonGrace)
-	stop := context.AfterFunc(d.bg, cancel) // Close ends the call
 	go func() {
 		defer stop()
 		defer cancel()
@@ -387,23 +405,30 @@ func (d *Driver) receiveMessage(ctx context.Context, in *awssqs.ReceiveMessageIn
 	case <-ctx.Done():
 	}
 	go func() {
-		r := <-done
-		if r.err != nil || len(r.out.Messages) == 0 {
-			return
-		}
-		hs := make([]*handle, len(r.out.Messages))
-		for i, m := range r.out.Messages {
-			hs[i] = &handle{queue: aws.ToString(in.QueueUrl), receipt: aws.ToString(m.ReceiptHandle)}
-		}
-		hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, chunk := range chunkByQueue(hs) {
-			if _, err := d.changeVisibilityBatch(hctx, chunk, 0); err != nil {
-				d.log.Warn("sqs: giving back the messages of an abandoned receive failed; they come back after their visibility timeout", "queue", aws.ToString(in.QueueUrl), "messages", len(chunk), "error", err)
-			}
+		if r := <-done; r.err == nil {
+			d.giveBack(in, r.out)
 		}
 	}()
 	return nil, ctx.Err()
+}
+
+// giveBack makes the messages of a receive whose caller has gone visible
+// again at once.
+func (d *Driver) giveBack(in *awssqs.ReceiveMessageInput, out *awssqs.ReceiveMessageOutput) {
+	if len(out.Messages) == 0 {
+		return
+	}
+	hs := make([]*handle, len(out.Messages))
+	for i, m := range out.Messages {
+		hs[i] = &handle{queue: aws.ToString(in.QueueUrl), receipt: aws.ToString(m.ReceiptHandle)}
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, chunk := range chunkByQueue(hs) {
+		if _, err := d.changeVisibilityBatch(hctx, chunk, 0); err != nil {
+			d.log.Warn("sqs: giving back the messages of an abandoned receive failed; they come back after their visibility timeout", "queue", aws.ToString(in.QueueUrl), "messages", len(chunk), "error", err)
+		}
+	}
 }
 
 // receiveAttemptID is a fresh ReceiveRequestAttemptId for one
