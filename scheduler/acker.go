@@ -125,7 +125,7 @@ func (a *acker) loop() {
 }
 
 func (a *acker) flush(batch []*broker.Delivery) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), a.s.opTimeout)
 	defer cancel()
 	err := a.s.b.Ack(ctx, batch...)
 	if err == nil || len(batch) == 1 {
@@ -136,6 +136,14 @@ func (a *acker) flush(batch []*broker.Delivery) {
 	}
 	// Some deliveries failed (a lease lost, a broker hiccup): ack them one
 	// by one so each failure is attributed and the rest still go through.
+	// A batch that ran out of time leaves the retries a bound of their
+	// own: with the expired one each would fail at once, and every
+	// delivery would come back after its lease.
+	if ctx.Err() != nil {
+		var cancel2 context.CancelFunc
+		ctx, cancel2 = context.WithTimeout(context.Background(), a.s.opTimeout)
+		defer cancel2()
+	}
 	for _, d := range batch {
 		a.s.settleErr(d, "ack", a.s.b.Ack(ctx, d))
 	}
