@@ -30,19 +30,9 @@ func TestOpen_Migrate14(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) string {
-		t.Helper()
-		tk, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "batch", IdempotencyKey: name, Args: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tk.ID
-	}
+	create := func(name string) string { return createTask(ctx, t, s, name) }
 	begin := func(s *sqlite.Store, id string, n int, worker string) {
-		t.Helper()
-		if _, err := s.BeginRun(ctx, ledger.RunStart{ID: id, Attempt: n, Worker: worker, Start: start.Add(time.Duration(n) * time.Second), Lease: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
+		beginRun(ctx, t, s, ledger.RunStart{ID: id, Attempt: n, Worker: worker, Start: start.Add(time.Duration(n) * time.Second)})
 	}
 	end := func(s *sqlite.Store, id string, a ledger.Attempt, to ledger.State, reason string) {
 		t.Helper()

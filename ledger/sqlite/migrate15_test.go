@@ -60,19 +60,9 @@ func TestOpen_Migrate15(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := func(name string) string {
-		t.Helper()
-		tk, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "batch", IdempotencyKey: name, Args: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tk.ID
-	}
+	create := func(name string) string { return createTask(ctx, t, s, name) }
 	begin := func(s *sqlite.Store, id string, n int, worker string) {
-		t.Helper()
-		if _, err := s.BeginRun(ctx, ledger.RunStart{ID: id, Attempt: n, Worker: worker, Lease: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
+		beginRun(ctx, t, s, ledger.RunStart{ID: id, Attempt: n, Worker: worker})
 	}
 	end := func(s *sqlite.Store, id string, n int, from, to ledger.State, reason, actor string) {
 		t.Helper()
@@ -178,5 +168,25 @@ func TestOpen_Migrate15(t *testing.T) {
 	if err != nil || len(es) != 6 || es[2].To != ledger.Dead || es[3].Reason != "replayed" || es[3].Actor != "operator:bob" ||
 		es[4].Actor != "w3" || es[5].To != ledger.Completed {
 		t.Errorf("events of the replayed task: %+v %v", es, err)
+	}
+}
+
+// createTask creates a queued task keyed name in the batch lane (the
+// migration tests' set-up).
+func createTask(ctx context.Context, t *testing.T, s *sqlite.Store, name string) string {
+	t.Helper()
+	tk, _, err := s.Create(ctx, &ledger.Task{Kind: "k", Lane: "batch", IdempotencyKey: name, Args: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk.ID
+}
+
+// beginRun begins run r with a one-minute lease.
+func beginRun(ctx context.Context, t *testing.T, s *sqlite.Store, r ledger.RunStart) {
+	t.Helper()
+	r.Lease = time.Minute
+	if _, err := s.BeginRun(ctx, r); err != nil {
+		t.Fatal(err)
 	}
 }
