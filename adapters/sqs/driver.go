@@ -128,6 +128,7 @@ func OpenConfig(ctx context.Context, cfg *Config) (*Driver, error) {
 		return nil, broker.Invalidf("sqs: no AWS region: set ?region= in the URL or AWS_REGION")
 	}
 	client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
+		hideWriterTo(o) // see reqbody.go
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
