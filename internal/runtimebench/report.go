@@ -32,7 +32,7 @@ type Report struct {
 }
 
 // Modes is the order of a run.
-var Modes = []Mode{Raw, RawClient, RawClientBatched, LedgerOff, LedgerOffBulk, LedgerOn, LedgerOnBulk, LedgerOnStepEff, LedgerOffKeyed, LedgerOnKeyed}
+var Modes = []Mode{Raw, LedgerOff, LedgerOn, LedgerOnBulk, LedgerOnStepEff, LedgerOffKeyed, LedgerOnKeyed}
 
 // Suite runs every mode runs times (raw, ledger off, ledger on, bulk, step
 // + effect; then again), so slow drift of the machine touches every row
@@ -71,8 +71,6 @@ func Suite(ctx context.Context, cfg Config, runs int, progress io.Writer) (*Repo
 	return rep, nil
 }
 
-func isRaw(m Mode) bool { return m == Raw || m == RawClient || m == RawClientBatched }
-
 func redact(raw string) string {
 	if raw == "" {
 		return ""
@@ -109,12 +107,6 @@ func Label(m Mode, ledgerDSN string) string {
 	switch m {
 	case Raw:
 		return "raw (adapter loop, batches of 100)"
-	case RawClient:
-		return "raw client, one publish per call"
-	case RawClientBatched:
-		return "raw client, batched publish"
-	case LedgerOffBulk:
-		return "runtime, ledger off, EnqueueMany"
 	case LedgerOff:
 		return "runtime, ledger off"
 	case LedgerOn:
@@ -140,49 +132,25 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, ", paced at %d tasks/s", rep.Rate)
 	}
 	fmt.Fprintf(w, "\nload average: %s at start (%s), %s at end\n\n", rep.LoadStart, rep.Started.Format("15:04 MST"), rep.LoadEnd)
-	var raw, rawCall, rawBatch float64
+	var raw float64
 	for _, r := range rep.Rows {
-		switch r.Mode {
-		case Raw:
+		if r.Mode == Raw {
 			raw = r.PerSecond()
-		case RawClient:
-			rawCall = r.PerSecond()
-		case RawClientBatched:
-			rawBatch = r.PerSecond()
 		}
 	}
-	fmt.Fprintln(w, "| row | tasks/s | ratio to adapter loop | ratio to raw client, same shape | enqueue → start p50 / p99 ms | client CPU µs/task | PostgreSQL CPU µs/task |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
-	var shapes []string
+	fmt.Fprintln(w, "| row | tasks/s | ratio to raw | enqueue → start p50 / p99 ms | client CPU µs/task | PostgreSQL CPU µs/task |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|")
 	for _, r := range rep.Rows {
 		label := Label(r.Mode, rep.Ledger)
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s | – (%s) | | | | | |\n", label, r.Skipped)
+			fmt.Fprintf(w, "| %s | – (%s) | | | | |\n", label, r.Skipped)
 			continue
 		}
-		ratio, ratioClient, lat, pg := "", "", "", ""
-		raws := isRaw(r.Mode)
-		if !raws && raw > 0 && rep.Rate == 0 { // paced runs are not a throughput comparison
+		ratio, lat, pg := "", "", ""
+		if r.Mode != Raw && raw > 0 && rep.Rate == 0 { // paced runs are not a throughput comparison
 			ratio = fmt.Sprintf("%.2f", r.PerSecond()/raw)
 		}
-		base := rawCall
-		if r.Mode == LedgerOffBulk || r.Mode == LedgerOnBulk {
-			base = rawBatch
-		}
-		if !raws && base > 0 && rep.Rate == 0 {
-			ratioClient = fmt.Sprintf("%.2f", r.PerSecond()/base)
-		}
-		if r.Mode == RawClient || r.Mode == RawClientBatched {
-			if u, err := url.Parse(rep.Broker); err == nil && len(shapes) == 0 {
-				if s, ok := rawClientShapes[rawScheme(u)]; ok {
-					shapes = append(shapes, s)
-				}
-			}
-			if r.Duplicates > 0 {
-				ratioClient = fmt.Sprintf("(%d duplicate deliveries)", r.Duplicates)
-			}
-		}
-		if !raws {
+		if r.Mode != Raw {
 			lat = fmt.Sprintf("%.2f / %.2f", ms(r.P50), ms(r.P99))
 		}
 		if r.PGCPU > 0 {
@@ -191,11 +159,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 				pg += fmt.Sprintf(" (statements exec %.0f)", us(r.PGExec))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %.0f | %s |\n", label, r.PerSecond(), ratio, ratioClient, lat, us(r.ClientCPU), pg)
-	}
-	fmt.Fprintln(w, "\nThe ratio to the raw client compares one-Enqueue-per-call rows with the raw client's per-call row and the EnqueueMany rows with its batched row.")
-	for _, s := range shapes {
-		fmt.Fprintln(w, "Raw client: "+s+".")
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s |\n", label, r.PerSecond(), ratio, lat, us(r.ClientCPU), pg)
 	}
 	return nil
 }
