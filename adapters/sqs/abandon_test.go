@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
@@ -61,19 +58,11 @@ func receiveCancelledMidResponse(t *testing.T, wait time.Duration) {
 	defer cancel()
 	u := lossyURL(t, false)
 	defer deleteTestNamespace(u)
-	cfg, err := ParseURL(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(cfg.Region))
-	if err != nil {
-		t.Fatal(err)
-	}
 	lt := &lateTransport{base: awshttp.NewBuildableClient().GetTransport(), hold: 500 * time.Millisecond}
-	d := newDriver(cfg, awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
-		o.BaseEndpoint = aws.String(cfg.Endpoint)
-		o.HTTPClient = &http.Client{Transport: lt}
-	}))
+	d, err := openWithHTTPClient(ctx, u, &http.Client{Transport: lt})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer d.Close()
 	msgs := make([]*broker.Message, 3)
 	for i := range msgs {

@@ -76,6 +76,14 @@ func (l *lossyTransport) recorded() []string {
 // openLossy opens a driver on the emulator whose lose-th ReceiveMessage
 // response is dropped.
 func openLossy(ctx context.Context, u *url.URL, lt *lossyTransport) (*Driver, error) {
+	lt.base = awshttp.NewBuildableClient().GetTransport()
+	return openWithHTTPClient(ctx, u, &http.Client{Transport: lt})
+}
+
+// openWithHTTPClient opens a driver on the emulator at u whose SDK client
+// sends through hc (a test's transport), with the SDK's default retryer;
+// opts change the client's options further.
+func openWithHTTPClient(ctx context.Context, u *url.URL, hc awssqs.HTTPClient, opts ...func(*awssqs.Options)) (*Driver, error) {
 	cfg, err := ParseURL(u)
 	if err != nil {
 		return nil, err
@@ -84,11 +92,10 @@ func openLossy(ctx context.Context, u *url.URL, lt *lossyTransport) (*Driver, er
 	if err != nil {
 		return nil, err
 	}
-	lt.base = awshttp.NewBuildableClient().GetTransport()
-	client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
+	client := awssqs.NewFromConfig(awsCfg, append(opts, func(o *awssqs.Options) {
 		o.BaseEndpoint = aws.String(cfg.Endpoint)
-		o.HTTPClient = &http.Client{Transport: lt}
-	})
+		o.HTTPClient = hc
+	})...)
 	return newDriver(cfg, client), nil
 }
 

@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/config"
-	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/switchyard-dev/switchyard/broker"
 )
@@ -187,22 +186,35 @@ func (c *closeRaceConn) Close() error {
 // call runs into closeRace; fix says whether the client gets the
 // adapter's workaround (hideWriterTo).
 func openCloseRace(ctx context.Context, u *url.URL, cr *closeRace, fix bool) (*Driver, error) {
-	cfg, err := ParseURL(u)
-	if err != nil {
-		return nil, err
+	if !fix {
+		return openWithHTTPClient(ctx, u, cr)
 	}
-	awsCfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(cfg.Region))
+	return openWithHTTPClient(ctx, u, cr, hideWriterTo)
+}
+
+// TestOpenConfig_HidesWriterTo: the client OpenConfig builds carries the
+// workaround (TestReceiveResponseBodyCloseRace installs it itself).
+func TestOpenConfig_HidesWriterTo(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	cfg, err := ParseURL(&url.URL{Scheme: "sqs", RawQuery: url.Values{"region": {"us-east-1"}, "endpoint": {"http://127.0.0.1:1"}, "namespace": {"t"}}.Encode()})
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	client := awssqs.NewFromConfig(awsCfg, func(o *awssqs.Options) {
-		if fix {
-			hideWriterTo(o)
+	d, err := OpenConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st := middleware.NewStack("probe", smithyhttp.NewStackRequest)
+	for _, f := range d.Client().Options().APIOptions {
+		if err := f(st); err != nil {
+			t.Fatal(err)
 		}
-		o.BaseEndpoint = aws.String(cfg.Endpoint)
-		o.HTTPClient = cr
-	})
-	return newDriver(cfg, client), nil
+	}
+	if _, ok := st.Finalize.Get(noWriterToStream{}.ID()); !ok {
+		t.Fatalf("the SQS client OpenConfig builds has no %s middleware: request bodies keep WriteTo and responses can be lost (reqbody.go)", noWriterToStream{}.ID())
+	}
 }
 
 // TestReceiveResponseBodyCloseRace: a ReceiveMessage call whose request
