@@ -13,7 +13,8 @@ import (
 	"github.com/switchyard-dev/switchyard/internal/runtimebench"
 )
 
-// runBenchRuntime is `switchyard bench runtime`: the adapter's loop, the
+// runBenchRuntime is `switchyard bench runtime`: the broker client's own
+// loop (one publish per call and batched), the adapter's loop, the
 // runtime with the ledger off and on, and with one Step and one Effect per
 // task, on one broker in one process (issue 15; see internal/runtimebench).
 func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Writer) error {

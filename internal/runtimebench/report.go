@@ -32,7 +32,7 @@ type Report struct {
 }
 
 // Modes is the order of a run.
-var Modes = []Mode{Raw, LedgerOff, LedgerOn, LedgerOnBulk, LedgerOnStepEff, LedgerOffKeyed, LedgerOnKeyed}
+var Modes = []Mode{Raw, RawClient, RawClientBatched, LedgerOff, LedgerOffBulk, LedgerOn, LedgerOnBulk, LedgerOnStepEff, LedgerOffKeyed, LedgerOnKeyed}
 
 // Suite runs every mode runs times (raw, ledger off, ledger on, bulk, step
 // + effect; then again), so slow drift of the machine touches every row
@@ -71,6 +71,8 @@ func Suite(ctx context.Context, cfg Config, runs int, progress io.Writer) (*Repo
 	return rep, nil
 }
 
+func isRaw(m Mode) bool { return m == Raw || m == RawClient || m == RawClientBatched }
+
 func redact(raw string) string {
 	if raw == "" {
 		return ""
@@ -107,6 +109,12 @@ func Label(m Mode, ledgerDSN string) string {
 	switch m {
 	case Raw:
 		return "raw (adapter loop, batches of 100)"
+	case RawClient:
+		return "raw client, one publish per call"
+	case RawClientBatched:
+		return "raw client, batched publish"
+	case LedgerOffBulk:
+		return "runtime, ledger off, EnqueueMany"
 	case LedgerOff:
 		return "runtime, ledger off"
 	case LedgerOn:
@@ -132,25 +140,49 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, ", paced at %d tasks/s", rep.Rate)
 	}
 	fmt.Fprintf(w, "\nload average: %s at start (%s), %s at end\n\n", rep.LoadStart, rep.Started.Format("15:04 MST"), rep.LoadEnd)
-	var raw float64
+	var raw, rawCall, rawBatch float64
 	for _, r := range rep.Rows {
-		if r.Mode == Raw {
+		switch r.Mode {
+		case Raw:
 			raw = r.PerSecond()
+		case RawClient:
+			rawCall = r.PerSecond()
+		case RawClientBatched:
+			rawBatch = r.PerSecond()
 		}
 	}
-	fmt.Fprintln(w, "| row | tasks/s | ratio to raw | enqueue → start p50 / p99 ms | client CPU µs/task | PostgreSQL CPU µs/task |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| row | tasks/s | ratio to adapter loop | ratio to raw client, same shape | enqueue → start p50 / p99 ms | client CPU µs/task | PostgreSQL CPU µs/task |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+	var shapes []string
 	for _, r := range rep.Rows {
 		label := Label(r.Mode, rep.Ledger)
 		if r.Skipped != "" {
-			fmt.Fprintf(w, "| %s | – (%s) | | | | |\n", label, r.Skipped)
+			fmt.Fprintf(w, "| %s | – (%s) | | | | | |\n", label, r.Skipped)
 			continue
 		}
-		ratio, lat, pg := "", "", ""
-		if r.Mode != Raw && raw > 0 && rep.Rate == 0 { // paced runs are not a throughput comparison
+		ratio, ratioClient, lat, pg := "", "", "", ""
+		raws := isRaw(r.Mode)
+		if !raws && raw > 0 && rep.Rate == 0 { // paced runs are not a throughput comparison
 			ratio = fmt.Sprintf("%.2f", r.PerSecond()/raw)
 		}
-		if r.Mode != Raw {
+		base := rawCall
+		if r.Mode == LedgerOffBulk || r.Mode == LedgerOnBulk {
+			base = rawBatch
+		}
+		if !raws && base > 0 && rep.Rate == 0 {
+			ratioClient = fmt.Sprintf("%.2f", r.PerSecond()/base)
+		}
+		if r.Mode == RawClient || r.Mode == RawClientBatched {
+			if u, err := url.Parse(rep.Broker); err == nil && len(shapes) == 0 {
+				if s, ok := rawClientShapes[rawScheme(u)]; ok {
+					shapes = append(shapes, s)
+				}
+			}
+			if r.Duplicates > 0 {
+				ratioClient = fmt.Sprintf("(%d duplicate deliveries)", r.Duplicates)
+			}
+		}
+		if !raws {
 			lat = fmt.Sprintf("%.2f / %.2f", ms(r.P50), ms(r.P99))
 		}
 		if r.PGCPU > 0 {
@@ -159,7 +191,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 				pg += fmt.Sprintf(" (statements exec %.0f)", us(r.PGExec))
 			}
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %.0f | %s |\n", label, r.PerSecond(), ratio, lat, us(r.ClientCPU), pg)
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %.0f | %s |\n", label, r.PerSecond(), ratio, ratioClient, lat, us(r.ClientCPU), pg)
+	}
+	fmt.Fprintln(w, "\nThe ratio to the raw client compares one-Enqueue-per-call rows with the raw client's per-call row and the EnqueueMany rows with its batched row.")
+	for _, s := range shapes {
+		fmt.Fprintln(w, "Raw client: "+s+".")
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ const (
 	// the ledger they run only on brokers that order natively.
 	LedgerOffKeyed Mode = "ledger-off-keyed"
 	LedgerOnKeyed  Mode = "ledger-on-keyed"
+	// LedgerOffBulk is LedgerOff enqueuing through EnqueueMany (as
+	// LedgerOnBulk): the runtime beside RawClientBatched.
+	LedgerOffBulk Mode = "ledger-off-bulk"
 )
 
 // Config describes one measurement. Zero fields take their defaults.
@@ -115,6 +118,9 @@ type Result struct {
 	// PGExec is pg_stat_statements' total_exec_time per task, when the
 	// extension is installed.
 	PGExec time.Duration `json:"pg_exec_per_task_ns,omitempty"`
+	// Duplicates counts the raw-client rows' deliveries of a message
+	// already consumed in the run (at-least-once redeliveries).
+	Duplicates int `json:"duplicates,omitempty"`
 	// Skipped says why the mode did not run (e.g. no EnqueueMany yet).
 	Skipped string `json:"skipped,omitempty"`
 }
@@ -149,9 +155,15 @@ func Run(ctx context.Context, cfg Config, mode Mode) (Result, error) {
 	if mode == Raw {
 		return runRaw(ctx, brokerURL, cfg.Tasks)
 	}
+	if mode == RawClient || mode == RawClientBatched {
+		return runRawClient(ctx, cfg, mode, brokerURL, ns)
+	}
 	var L ledger.Ledger
 	var pgDSN string
-	if mode != LedgerOff && mode != LedgerOffKeyed {
+	if mode == LedgerOffBulk && bulkEnqueue == nil {
+		return Result{Mode: mode, Skipped: "Client.EnqueueMany is not in this build"}, nil
+	}
+	if mode != LedgerOff && mode != LedgerOffKeyed && mode != LedgerOffBulk {
 		if cfg.LedgerDSN == "" {
 			return Result{Mode: mode, Skipped: "no ledger DSN"}, nil
 		}
@@ -319,7 +331,7 @@ func runRuntime(ctx context.Context, cfg Config, mode Mode, brokerURL string, L 
 // publish enqueues n tasks from cfg.Publishers goroutines (or through
 // bulkEnqueue), paced to cfg.Rate when it is set.
 func publish(ctx context.Context, cfg Config, mode Mode, c *switchyard.Client, n int) error {
-	if mode == LedgerOnBulk {
+	if mode == LedgerOnBulk || mode == LedgerOffBulk {
 		args := make([]benchArgs, n)
 		return bulkEnqueue(ctx, c, args)
 	}
