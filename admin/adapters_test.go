@@ -11,6 +11,7 @@ import (
 
 	_ "github.com/switchyard-dev/switchyard/adapters/all"
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/ledger"
 )
@@ -18,11 +19,7 @@ import (
 // TestMain gives the AWS SDK dummy credentials when none are set (the SQS
 // emulator checks none).
 func TestMain(m *testing.M) {
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-		os.Setenv("AWS_ACCESS_KEY_ID", "test")
-		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	}
-	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	testenv.EmulatorAWSCredentials()
 	os.Exit(m.Run())
 }
 

@@ -34,11 +34,7 @@ import (
 // TestMain gives the SDK dummy credentials when none are set: the
 // emulator checks none.
 func TestMain(m *testing.M) {
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-		os.Setenv("AWS_ACCESS_KEY_ID", "test")
-		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	}
-	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	testenv.EmulatorAWSCredentials()
 	os.Exit(m.Run())
 }
 

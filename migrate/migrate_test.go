@@ -17,6 +17,7 @@ import (
 
 	_ "github.com/switchyard-dev/switchyard/adapters/all" // every broker URL scheme
 	"github.com/switchyard-dev/switchyard/broker"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/migrate"
@@ -37,11 +38,7 @@ const (
 
 func TestMain(m *testing.M) {
 	// The SQS emulator takes any credentials; never look for real ones.
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-		os.Setenv("AWS_ACCESS_KEY_ID", "test")
-		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	}
-	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	testenv.EmulatorAWSCredentials()
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(child())
 	}

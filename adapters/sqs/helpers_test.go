@@ -16,17 +16,14 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/switchyard-dev/switchyard/adapters/sqs"
+	"github.com/switchyard-dev/switchyard/conformance/testenv"
 )
 
 // TestMain gives the SDK static dummy credentials when none are set: the
 // emulator checks none, and the adapter itself reads whatever the AWS
 // configuration chain provides.
 func TestMain(m *testing.M) {
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
-		os.Setenv("AWS_ACCESS_KEY_ID", "test")
-		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
-	}
-	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	testenv.EmulatorAWSCredentials()
 	os.Exit(m.Run())
 }
 

@@ -186,3 +186,16 @@ func redact(s string) string {
 	}
 	return broker.Redact(u)
 }
+
+// EmulatorAWSCredentials gives the AWS SDK dummy static credentials when
+// none are configured (no AWS_ACCESS_KEY_ID and no AWS_PROFILE), and turns
+// off the EC2 metadata lookup: the SQS emulator checks no credentials, and
+// without this the SDK's default chain ends at IMDS and fails. Call it from
+// TestMain, before any test runs in parallel: it sets process environment.
+func EmulatorAWSCredentials() {
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" {
+		os.Setenv("AWS_ACCESS_KEY_ID", "test")
+		os.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	}
+	os.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
