@@ -140,7 +140,9 @@ func (d *Driver) declare(ctx context.Context, op, name string, args amqp.Table) 
 
 // declareLane declares the lane's dead-letter queue and its work queue: a
 // durable quorum queue whose x-delivery-limit dead-letters a message that
-// keeps crashing its consumers.
+// keeps crashing its consumers. Its dead-lettering is at-least-once (which
+// needs x-overflow reject-publish): a dead letter the dead-letter queue
+// does not confirm stays in the work queue and is retried.
 func (d *Driver) declareLane(ctx context.Context, op, lane string) error {
 	if err := d.cfg.checkLane(lane); err != nil {
 		return err
@@ -149,13 +151,41 @@ func (d *Driver) declareLane(ctx context.Context, op, lane string) error {
 	if err := d.declareDead(ctx, op, dlq); err != nil {
 		return err
 	}
-	return d.declare(ctx, op, d.cfg.workQueue(lane), amqp.Table{
+	return d.declareSafe(ctx, op, d.cfg.workQueue(lane), amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		"x-delivery-limit":          int64(d.cfg.deliveryLimit),
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": dlq,
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
+	}, amqp.Table{
 		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
 		"x-delivery-limit":          int64(d.cfg.deliveryLimit),
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": dlq,
 		"x-dead-letter-strategy":    "at-most-once",
 	})
+}
+
+// declareSafe declares queue name with args. When the queue exists with
+// legacy, the arguments of the previous version of this adapter (a 406 on
+// the first declare), it is used as it is, with a warning: a deployment
+// keeps working while it is upgraded, with the previous version's
+// guarantees for that queue (see "Upgrading" in the package
+// documentation). Any other difference is a permanent error.
+func (d *Driver) declareSafe(ctx context.Context, op, name string, args, legacy amqp.Table) error {
+	err := d.declare(ctx, op, name, args)
+	if !errors.Is(err, errArgsDiffer) || legacy == nil {
+		return err
+	}
+	if lerr := d.declare(ctx, op, name, legacy); lerr != nil {
+		if errors.Is(lerr, errArgsDiffer) {
+			return broker.Errorf(op, broker.Permanent, "queue %s exists with arguments neither this version nor the previous one declares (was it declared with another delivery_limit, or by hand?); delete it or declare it as %v: %w", name, args, err)
+		}
+		return lerr
+	}
+	d.log.Warn("switchyard: queue declared by an earlier version (at-most-once dead-lettering) is used as it is: delayed and dead-lettered messages can be lost while the target queue refuses them; migrate the namespace (see Upgrading in the rabbitmq package documentation)", "queue", name)
+	return nil
 }
 
 // errArgsDiffer marks a declare refused because the queue exists with other
@@ -196,18 +226,28 @@ func (d *Driver) declareDead(ctx context.Context, op, dlq string) error {
 	return nil
 }
 
-// declareDelay declares the lane's delay queue for bucket: a durable classic
+// declareDelay declares the lane's delay queue for bucket: a durable quorum
 // queue with no consumer whose expired messages dead-letter back to the work
-// queue.
+// queue, at least once (x-dead-letter-strategy at-least-once, which needs
+// x-overflow reject-publish): a message the work queue refuses or cannot be
+// routed to when it expires stays in the delay queue, and RabbitMQ retries
+// it.
 func (d *Driver) declareDelay(ctx context.Context, op, lane string, bucket time.Duration) (string, error) {
 	if err := d.declareLane(ctx, op, lane); err != nil {
 		return "", err
 	}
 	name := d.cfg.delayQueue(lane, bucket)
-	return name, d.declare(ctx, op, name, amqp.Table{
+	work := d.cfg.workQueue(lane)
+	return name, d.declareSafe(ctx, op, name, amqp.Table{
+		amqp.QueueTypeArg:           amqp.QueueTypeQuorum,
+		"x-dead-letter-exchange":    "",
+		"x-dead-letter-routing-key": work,
+		"x-dead-letter-strategy":    "at-least-once",
+		"x-overflow":                "reject-publish",
+	}, amqp.Table{
 		amqp.QueueTypeArg:           amqp.QueueTypeClassic,
 		"x-dead-letter-exchange":    "",
-		"x-dead-letter-routing-key": d.cfg.workQueue(lane),
+		"x-dead-letter-routing-key": work,
 	})
 }
 
