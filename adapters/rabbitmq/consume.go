@@ -153,6 +153,12 @@ func (c *consumer) ensure(ctx context.Context, op string, until time.Time, max i
 		c.opMu.Lock()
 		defer c.opMu.Unlock()
 		err := c.start(ctx, op, s, max)
+		if isCode(err, amqp.NotFound) {
+			// The queue was deleted behind the driver's back (the 404
+			// closed the channel): declare it again and retry once.
+			c.d.forgetQueue(c.queue)
+			err = c.start(ctx, op, s, max)
+		}
 		c.mu.Lock()
 		c.armIdle()
 		c.mu.Unlock()
@@ -368,44 +374,58 @@ func (c *consumer) poll(ctx context.Context, op string, max int) ([]amqp.Deliver
 	if err != nil {
 		return nil, nil, err
 	}
-	type polled struct {
-		got []amqp.Delivery
-		ch  *amqp.Channel
-	}
 	r, err := detached(ctx, op, func(ctx context.Context) (polled, error) {
-		if err := c.declare(ctx, op); err != nil {
-			return polled{}, err
+		r, err := c.pollOnce(ctx, op, s, max)
+		if isCode(err, amqp.NotFound) {
+			// The queue was deleted behind the driver's back (the 404
+			// closed the channel): declare it again and retry once.
+			c.d.forgetQueue(c.queue)
+			r, err = c.pollOnce(ctx, op, s, max)
 		}
-		c.opMu.Lock()
-		defer c.opMu.Unlock()
-		c.stop(ctx, nil)
-		ch, err := c.channel(op, s)
-		if err != nil {
-			return polled{}, err
-		}
-		c.mu.Lock()
-		if len(c.buf) > 0 {
-			c.mu.Unlock()
-			return polled{}, nil // the loop in receive takes them
-		}
-		c.mu.Unlock()
-		var got []amqp.Delivery
-		for len(got) < max {
-			dv, ok, err := ch.Get(c.queue, false)
-			if err != nil {
-				if len(got) > 0 {
-					break
-				}
-				return polled{}, classify(op, err)
-			}
-			if !ok {
-				break
-			}
-			got = append(got, dv)
-		}
-		return polled{got, ch}, nil
+		return r, err
 	}, func(r polled, _ error) { c.unTake(r.ch, r.got) })
 	return r.got, r.ch, err
+}
+
+// polled is what pollOnce took, and on which channel.
+type polled struct {
+	got []amqp.Delivery
+	ch  *amqp.Channel
+}
+
+// pollOnce is one try of poll's channel work (detached).
+func (c *consumer) pollOnce(ctx context.Context, op string, s *session, max int) (polled, error) {
+	if err := c.declare(ctx, op); err != nil {
+		return polled{}, err
+	}
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.stop(ctx, nil)
+	ch, err := c.channel(op, s)
+	if err != nil {
+		return polled{}, err
+	}
+	c.mu.Lock()
+	if len(c.buf) > 0 {
+		c.mu.Unlock()
+		return polled{}, nil // the loop in receive takes them
+	}
+	c.mu.Unlock()
+	var got []amqp.Delivery
+	for len(got) < max {
+		dv, ok, err := ch.Get(c.queue, false)
+		if err != nil {
+			if len(got) > 0 {
+				break
+			}
+			return polled{}, classify(op, err)
+		}
+		if !ok {
+			break
+		}
+		got = append(got, dv)
+	}
+	return polled{got, ch}, nil
 }
 
 // leave ends one Receive; the last one out arms the idle release.
