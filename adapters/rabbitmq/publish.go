@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -161,11 +162,58 @@ func (p *publisher) channel(ctx context.Context, op string) (*amqp.Channel, erro
 	}, nil)
 }
 
+// refusedBackoff is the wait before each resend of publishes the broker
+// refused with a negative confirm (a queue at its max-length with
+// x-overflow reject-publish, a quorum queue between leaders).
+var refusedBackoff = []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 80 * time.Millisecond, 160 * time.Millisecond}
+
+// errRefused marks a publish the broker refused (negative confirm): it was
+// not enqueued, so sending it again makes no duplicate.
+var errRefused = errors.New("broker refused the message (negative confirm)")
+
 // send publishes msgs and waits for their confirms. It returns one error per
 // message: nil when the broker confirmed it; transient when it was not sent
-// or the broker refused it (negative confirm); unknown outcome when it was
-// sent and no confirm arrived (channel closed, timeout, cancelled ctx).
+// or the broker refused it (negative confirm) every time it was resent
+// (refusedBackoff); unknown outcome when it was sent and no confirm arrived
+// (channel closed, timeout, cancelled ctx), which is never resent.
 func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error {
+	errs := p.sendOnce(ctx, op, msgs)
+	for _, wait := range refusedBackoff {
+		var again []outMsg
+		var at []int
+		for i, err := range errs {
+			if errors.Is(err, errRefused) {
+				m := msgs[i]
+				// A new copy ID: the refused copy's return record, if
+				// any, must not be taken for this one's.
+				m.pub.Headers = maps.Clone(m.pub.Headers)
+				if m.pub.Headers == nil {
+					m.pub.Headers = amqp.Table{}
+				}
+				m.pub.Headers[hdrCopy] = newCopyID()
+				again = append(again, m)
+				at = append(at, i)
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errs
+		case <-t.C:
+		}
+		for j, err := range p.sendOnce(ctx, op, again) {
+			errs[at[j]] = err
+		}
+	}
+	return errs
+}
+
+// sendOnce is one try of send: negative confirms are errRefused.
+func (p *publisher) sendOnce(ctx context.Context, op string, msgs []outMsg) []error {
 	errs := make([]error, len(msgs))
 	ch, err := p.channel(ctx, op)
 	if err != nil {
@@ -200,7 +248,7 @@ func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error 
 				errs[pd.i] = broker.Errorf(op, broker.UnknownOutcome, "channel closed before the publish confirm arrived: %w", broker.ErrUnknownOutcome)
 				return
 			}
-			errs[pd.i] = broker.Errorf(op, broker.Transient, "broker refused the message (negative confirm)")
+			errs[pd.i] = broker.Errorf(op, broker.Transient, "%w", errRefused)
 		case <-cctx.Done():
 			p.takeReturned(copyOf(msgs[pd.i].pub)) // the caller stops waiting: drop any record
 			cause := cctx.Err()
