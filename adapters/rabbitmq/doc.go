@@ -31,7 +31,8 @@
 //
 //   - switchyard.<ns>.<lane>: the work queue, a durable quorum queue with
 //     x-delivery-limit and a dead-letter route to the lane's dead-letter
-//     queue;
+//     queue, at least once (x-dead-letter-strategy at-least-once, with the
+//     x-overflow reject-publish it requires);
 //   - switchyard.<ns>.<lane>.dlq: the dead-letter queue, a durable quorum
 //     queue with x-delivery-limit 2147483647: operators list dead letters
 //     by receiving and handing them back, which raises x-delivery-count,
@@ -39,12 +40,46 @@
 //     message after 20 of those (a dead-letter queue declared by an earlier
 //     version is used as it is, with a warning; do not set a lower
 //     delivery-limit policy on dead-letter queues);
-//   - switchyard.<ns>.<lane>.delay.<N>ms: delay queues, durable classic
+//   - switchyard.<ns>.<lane>.delay.<N>ms: delay queues, durable quorum
 //     queues with no consumer whose expired messages dead-letter back to the
-//     work queue; one per delay bucket (100 ms doubling up to about 29 h).
+//     work queue at least once (x-dead-letter-strategy at-least-once,
+//     x-overflow reject-publish); one per delay bucket (100 ms doubling up
+//     to about 29 h).
+//
+// At-least-once dead-lettering closes a silent loss: with at-most-once (the
+// previous version) a delayed message (a run-at, a retry with backoff)
+// whose work queue could not be routed to when it expired (deleted, being
+// recreated) was dropped. Now RabbitMQ's dead-letter worker keeps it in the
+// delay queue and resends it until the work queue confirms it. The worker
+// resends unconfirmed dead letters every
+// dead_letter_worker_publisher_confirm_timeout (180 s by default), so such
+// a message can come back up to 180 s after the work queue takes messages
+// again, and while it waits it is counted nowhere (see Stats).
+//
+// A publish the broker refuses (basic.nack, as reject-publish does for a
+// queue at a max-length set by policy) is resent after 10, 20, 40, 80 and
+// 160 ms with a new copy ID, then returned as a transient error; a publish
+// whose outcome is unknown (no confirm) is never resent. A consume or
+// basic.get that finds its queue deleted (404) declares it again and
+// retries once.
 //
 // Changing delivery_limit for existing queues fails with a permanent error
 // (RabbitMQ's 406 PRECONDITION_FAILED): delete the queues or keep the value.
+//
+// # Upgrading
+//
+// Queue arguments cannot change in place. A work or delay queue declared by
+// the previous version (at-most-once work queue, classic delay queue) is
+// used as it is, with a warning (slog) per queue and connection, and keeps
+// the previous version's at-most-once dead-lettering; any other mismatch is
+// a permanent error naming the queue. Migrate a namespace as a whole, since
+// all drivers of a namespace share its queues: stop every process of the
+// namespace (or switch them to a new namespace, the simplest way), let the
+// delay queues empty (Stats.Delayed 0) and the work queues drain, delete the
+// namespace's switchyard.<ns>.<lane> and switchyard.<ns>.<lane>.delay.*
+// queues (the .dlq queues are unchanged and can stay), and start the new
+// version, which declares them with the new arguments. Messages left in a
+// deleted queue are lost: drain first.
 //
 // # Capabilities
 //
@@ -131,13 +166,30 @@
 // own live leases (RabbitMQ's unacked count cannot be read without the
 // management plugin, and cannot tell leases from prefetch); Delayed is the
 // sum over the delay queues; DeadLettered is the dead-letter queue's count.
+// A delayed message that expired and that RabbitMQ's dead-letter worker
+// holds because the work queue did not confirm it is in none of them until
+// it is resent (up to dead_letter_worker_publisher_confirm_timeout, 180 s
+// by default, later).
 //
 // # Limits of the server
 //
 // Every quorum queue reserves file handles on the server (about three
 // each): a node whose open-files limit is 1,024 stops accepting connections
 // at around 300 quorum queues. Each lane in use costs two (work and
-// dead-letter queue); delay queues are classic and cost none while idle.
+// dead-letter queue) plus one per delay bucket it has used (delay queues
+// are quorum queues since at-least-once dead-lettering needs them, and a
+// quorum queue costs its handles, a Raft log and a dead-letter worker even
+// when idle): a lane retrying with several backoffs can hold ten or more.
+// Raise the node's open-files limit accordingly.
+//
+// Deleting a quorum queue while a driver publishes to it can make RabbitMQ
+// 3.x close the publishing connection (the driver reconnects; publishes in
+// flight end with ErrUnknownOutcome): delete queues only while idle.
+//
+// Cost: the delay path (through a quorum delay queue and at-least-once
+// dead-lettering) runs at about 0.8 of the previous version's throughput,
+// the direct path unchanged within noise (docs/BENCHMARKS.md, issue 15,
+// eleventh pass).
 //
 // # Testing
 //
