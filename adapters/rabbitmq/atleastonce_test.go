@@ -476,3 +476,46 @@ func TestDeclare_PreviousVersionQueues(t *testing.T) {
 		t.Fatalf("publish to a queue with foreign arguments: %v; want a permanent error naming it", err)
 	}
 }
+
+// TestPublish_RefusedIsResent: a publish the work queue refuses (max-length
+// 1 with reject-publish, full) is sent again after a backoff, with a new
+// copy ID, and lands once when the queue has room; before, it failed at
+// once with a transient error. The backoff is lengthened so that the test
+// can make room between the refusal and the resend.
+func TestPublish_RefusedIsResent(t *testing.T) {
+	needCtl(t)
+	const lane = "work"
+	ns := newNS(t)
+	u := testURL(t, ns, "", "", nil)
+	t.Cleanup(func() { cleanupNamespace(u, lane) })
+	d := openDriver(t, u)
+	d.pub.backoff = []time.Duration{3 * time.Second, 3 * time.Second, 3 * time.Second}
+	mustPublish(t, d, &broker.Message{ID: "filler", Lane: lane, Kind: "k", Body: []byte("filler")})
+	work := d.cfg.workQueue(lane)
+	setPolicy(t, work, `{"max-length":1,"overflow":"reject-publish"}`)
+	awaitRefusing(t, rawChannel(t), work)
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		rs, err := d.Publish(ctx, []*broker.Message{{ID: "late", Lane: lane, Kind: "k", Body: []byte("late"), EnqueuedAt: time.Now()}})
+		if err == nil {
+			err = rs[0].Err
+		}
+		done <- err
+	}()
+	for i := 0; d.pub.resends.Load() == 0; i++ {
+		if i == 200 {
+			t.Fatal("the publish was never refused")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Taking the filler makes room: the resend lands.
+	lost, dups := drain(t, d, lane, map[string]bool{"filler": true, "late": true}, 30*time.Second)
+	if err := <-done; err != nil {
+		t.Fatalf("refused publish, resent: %v", err)
+	}
+	if lost != 0 || dups != 0 {
+		t.Fatalf("%d lost, %d duplicated of the filler and the resent message", lost, dups)
+	}
+}

@@ -63,6 +63,11 @@ type publisher struct {
 	gen uint64
 	sem chan struct{}
 
+	// backoff is refusedBackoff (tests lengthen it); resends counts the
+	// refused publishes sent again.
+	backoff []time.Duration
+	resends atomic.Int64
+
 	retMu    sync.Mutex
 	returned map[string]returnedMsg // by hdrCopy: messages returned unroutable, not yet taken by their caller
 	nret     atomic.Int64           // len(returned), read without the lock on the hot path
@@ -75,7 +80,7 @@ type returnedMsg struct {
 }
 
 func newPublisher(d *Driver) *publisher {
-	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow), returned: map[string]returnedMsg{}}
+	return &publisher{d: d, sem: make(chan struct{}, d.cfg.confirmWindow), returned: map[string]returnedMsg{}, backoff: refusedBackoff}
 }
 
 // watchReturns records the channel's returned messages. amqp091-go's reader
@@ -178,7 +183,7 @@ var errRefused = errors.New("broker refused the message (negative confirm)")
 // (channel closed, timeout, cancelled ctx), which is never resent.
 func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error {
 	errs := p.sendOnce(ctx, op, msgs)
-	for _, wait := range refusedBackoff {
+	for _, wait := range p.backoff {
 		var again []outMsg
 		var at []int
 		for i, err := range errs {
@@ -198,6 +203,7 @@ func (p *publisher) send(ctx context.Context, op string, msgs []outMsg) []error 
 		if len(again) == 0 {
 			break
 		}
+		p.resends.Add(int64(len(again)))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
