@@ -197,7 +197,11 @@
 // Tests use testenv.RabbitMQ (SWITCHYARD_RABBITMQ_URL, else
 // amqp://guest:guest@127.0.0.1:5672/). The reconnect and outage tests also
 // need rabbitmqctl on the same machine; they create a user of their own and
-// close only its connections.
+// close only its connections. The at-least-once tests set the broker's
+// dead_letter_worker_publisher_confirm_timeout to 1 s while they create
+// their queues (rabbitmqctl eval; serialised by an flock on
+// /tmp/switchyard-rabbitmq-dlx-env.lock) and restore the value they read;
+// they apply policies to their own queues only.
 //
 //	SWITCHYARD_REQUIRE_BROKERS=1 go test ./adapters/rabbitmq/ -count=1
 //	go test ./adapters/rabbitmq/ -run '^$' -bench Throughput -benchtime 1x
