@@ -187,8 +187,9 @@
 // flight end with ErrUnknownOutcome): delete queues only while idle.
 //
 // Cost (BenchmarkPath, docs/BENCHMARKS.md, issue 15, eleventh pass): on a
-// quiet machine no measurable cost on either path (direct 0.96×, delay
-// 1.10× the previous version); under load the runs were too noisy to tell
+// quiet machine no measurable cost on the delay path (1.02–1.10× the
+// previous version) and a few percent at most on the direct path
+// (0.94–0.96×); under load the runs were too noisy to tell
 // (delay 0.89–1.12×), and an earlier measurement put the delay path at
 // 0.77×: budget up to a quarter less throughput for delayed messages.
 //
