@@ -103,11 +103,12 @@
 // the 128 a Server with the default 64 slots asks for per lane, so a
 // draining Server kept cancelling used-up tags and starting new ones.
 // Measured with `switchyard bench runtime` (20,000 tasks, 8 goroutines ×
-// EnqueueMany of 100, alternating prefetch=100 and 256): full-drain
-// enqueue → start p50 0.6–1.6 s → 47–100 ms, throughput over the batched
-// raw client 0.57 → 0.66 (medians); one Enqueue per call unchanged; at
-// 1,000 tasks/s p99 unchanged (16 vs 15 ms) and p50 1.6 vs 1.1 ms, within
-// the runs' spread (docs/BENCHMARKS.md, issue 15, eleventh pass).
+// EnqueueMany of 100, six alternated pairs of prefetch=100 and 256 on a
+// loaded machine): full-drain enqueue → start p50 0.6–1.8 s → 47–216 ms;
+// throughput over the batched raw client, median 0.65 → 0.70 (ranges
+// overlap); one Enqueue per call unchanged; at 1,000 tasks/s p99
+// unchanged (16 vs 15 ms) and p50 1.6 vs 1.1 ms, within the runs' spread
+// (docs/BENCHMARKS.md, issue 15, eleventh pass).
 //
 // Attempts come from the quorum queue's x-delivery-count plus a header the
 // adapter sets when it republishes (delayed nack, release, close): attempt
