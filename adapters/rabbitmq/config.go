@@ -18,7 +18,7 @@ import (
 // Defaults for the URL's tuning parameters.
 const (
 	DefaultNamespace      = "default"
-	DefaultPrefetch       = 100
+	DefaultPrefetch       = 256
 	DefaultConfirmWindow  = 100
 	DefaultDeliveryLimit  = 100
 	DefaultHeartbeat      = 10 * time.Second

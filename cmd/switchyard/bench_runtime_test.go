@@ -19,7 +19,7 @@ func TestCLI_BenchRuntime(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d, stderr %s", code, errs)
 	}
-	for _, want := range []string{"raw (adapter loop", "raw client, one publish per call | – (embedded has no client library", "raw client, batched publish", "runtime, ledger off |", "runtime, ledger off, EnqueueMany", "runtime, SQLite ledger |", "EnqueueMany", "1 Step + 1 Effect", "ordering keys", "load average"} {
+	for _, want := range []string{"raw (adapter loop", "raw client, one publish per call | – (embedded has no client library", "raw client, batched publish", "runtime, ledger off |", "runtime, ledger off, EnqueueMany, batched raw client's shape |", "runtime, ledger off, EnqueueMany, 1 × 1,000 a call", "runtime, SQLite ledger |", "EnqueueMany", "1 Step + 1 Effect", "ordering keys", "load average"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
@@ -35,8 +35,9 @@ func TestCLI_BenchRuntime(t *testing.T) {
 			Skipped string `json:"skipped"`
 		} `json:"rows"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Rows) != 10 || rep.Rows[1].Skipped == "" || rep.Rows[3].Tasks != 30 || rep.Rows[4].Tasks != 30 || rep.Rows[5].Skipped == "" ||
-		rep.Rows[8].Mode != "ledger-off-keyed" || rep.Rows[8].Tasks != 30 { // embedded orders natively
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Rows) != 11 || rep.Rows[1].Skipped == "" || rep.Rows[3].Tasks != 30 ||
+		rep.Rows[4].Mode != "ledger-off-batched" || rep.Rows[4].Tasks != 30 || rep.Rows[5].Tasks != 30 || rep.Rows[6].Skipped == "" ||
+		rep.Rows[9].Mode != "ledger-off-keyed" || rep.Rows[9].Tasks != 30 { // embedded orders natively
 		t.Errorf("JSON: %v, %+v", err, rep)
 	}
 	code, _, errs = runCLI(t, "bench", "runtime", "--tasks", "30", "--runs", "1", "--modes", "ledger-off,nosuch")

@@ -22,6 +22,7 @@ import (
 	"github.com/switchyard-dev/switchyard/broker"
 	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/internal/benchkit"
+	"github.com/switchyard-dev/switchyard/internal/runtimebench"
 	"github.com/switchyard-dev/switchyard/internal/testclean"
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
@@ -41,7 +42,15 @@ func benchBrokers() []string {
 // them, ledger off; "bulk" enqueues them with EnqueueMany, 1,000 a call,
 // from one goroutine. Beside them, "loop" is the adapter's own loop through
 // broker.Broker (batched publish, then receive and ack with 8 consumers),
-// the ceiling the runtime is compared with. b.N counts tasks.
+// the ceiling the runtime is compared with. "rawclient" and
+// "rawclientbatch" are the broker's own Go client (one publish per call;
+// 8 goroutines × chunks of 100, 10 on SQS) and "batched" is the runtime
+// in the batched shape (8 goroutines × EnqueueMany chunks of 100, 10 on
+// SQS): runtimebench's raw-client and ledger-off-batched rows, so
+// batched / rawclientbatch is `switchyard bench runtime`'s same-shape
+// ratio (the raw-client modes skip on embedded, which has no client of
+// its own, and rawclientbatch on asynq, which has no batch enqueue). b.N
+// counts tasks.
 //
 //	go test ./internal/integration -run '^$' -bench Runtime_LedgerOff -benchtime 20000x -count 3
 func BenchmarkRuntime_LedgerOff(b *testing.B) {
@@ -51,6 +60,15 @@ func BenchmarkRuntime_LedgerOff(b *testing.B) {
 		b.Run("broker="+kind+"/mode=enqueue", func(b *testing.B) { benchEnqueueOnly(b, kind, false) })
 		b.Run("broker="+kind+"/mode=publish", func(b *testing.B) { benchEnqueueOnly(b, kind, true) })
 		b.Run("broker="+kind+"/mode=drain", func(b *testing.B) { benchDrain(b, kind) })
+		for _, row := range []struct {
+			name string
+			mode runtimebench.Mode
+		}{{"rawclient", runtimebench.RawClient}, {"rawclientbatch", runtimebench.RawClientBatched}, {"batched", runtimebench.LedgerOffBatched}} {
+			b.Run("broker="+kind+"/mode="+row.name, func(b *testing.B) {
+				u := testclean.URL(b, kind, conformance.Namespace(b), nil) // Run replaces the namespace with its own
+				runBenchRow(b, runtimebench.Config{BrokerURL: u, Tasks: b.N, Slots: 64, Prefetch: 128, Timeout: 5 * time.Minute}, row.mode)
+			})
+		}
 		b.Run("broker="+kind+"/mode=loop", func(b *testing.B) {
 			ctx := context.Background()
 			br := openBenchBroker(b, kind)

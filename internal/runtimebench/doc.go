@@ -23,8 +23,17 @@
 //     publishers are paced and it is the latency at that rate.
 //   - runtime, ledger on: the same with a ledger (a fresh PostgreSQL schema
 //     or a fresh SQLite file per run).
-//   - runtime, ledger on, bulk: Client.EnqueueMany — not in this build yet;
-//     the row says so (see bulkEnqueue).
+//   - raw client, one publish per call and batched: the broker's own Go
+//     client (rawclient.go; what each does is printed under the table).
+//   - runtime, ledger off, EnqueueMany, batched raw client's shape
+//     (ledger-off-batched): Publishers goroutines each calling
+//     Client.EnqueueMany with chunks of 100 (10 on SQS), the shape of the
+//     batched raw-client row (both go through publishers()), so the ratio
+//     of the two is the runtime's own cost at the same shape.
+//   - runtime, ledger off / on, EnqueueMany, 1 × 1,000 a call (the bulk
+//     rows): one goroutine, 1,000 items a call, as river's InsertMany in
+//     the peers module; another shape than the batched raw client, so the
+//     table prints that ratio in parentheses.
 //   - runtime, ledger on, Step + Effect: the handler runs one memoised
 //     Step and one Effect per task.
 //

@@ -385,7 +385,7 @@ func fillQueue(ctx context.Context, cfg FleetConfig, brokerURL string, L ledger.
 	if err != nil {
 		return err
 	}
-	return publish(ctx, Config{Publishers: cfg.Publishers}, LedgerOn, client, cfg.Tasks)
+	return publish(ctx, Config{Publishers: cfg.Publishers}, LedgerOn, brokerURL, client, cfg.Tasks)
 }
 
 // countCompleted counts the ledger's completed tasks (the run's check).

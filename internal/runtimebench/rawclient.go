@@ -34,9 +34,16 @@ const (
 	RawClientBatched Mode = "raw-client-batched"
 )
 
-// rawBatch is the window of the batched shape: confirms / acks awaited
-// every rawBatch messages per publisher (SQS's batch limit is 10).
-const rawBatch = 100
+// rawChunk is the window of the batched shape on a broker (a
+// rawClientShapes key): confirms / acks awaited every rawChunk messages
+// per publisher, 100, or 10 on SQS (its batch limit). The runtime's
+// ledger-off-batched row calls EnqueueMany with chunks of the same size.
+func rawChunk(scheme string) int {
+	if scheme == "sqs" {
+		return 10
+	}
+	return 100
+}
 
 // rawClientShapes says, per scheme, what the two raw-client rows do; it
 // is printed under the table.
@@ -103,8 +110,10 @@ func rawBody(i int) []byte {
 	return []byte(fmt.Sprintf("%d:%019d:bench.runtime", i, time.Now().UnixNano()))
 }
 
-// publishers runs cfg.Publishers goroutines taking chunks of size chunk
-// of [0, n) and calling send on each; the first error stops them.
+// publishers runs workers goroutines, each opening its send with open,
+// taking chunks of size chunk of [0, n) and calling send on each; the
+// first error stops them. The raw-client rows and the runtime's
+// ledger-off-batched row share it, so their shapes are the same.
 func publishers(ctx context.Context, workers, n, chunk int, open func() (func(lo, hi int) error, func(), error)) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -162,7 +171,7 @@ func runRawClient(ctx context.Context, cfg Config, mode Mode, brokerURL, ns stri
 	var open func() (func(lo, hi int) error, func(), error)
 	chunk := 1
 	if batched {
-		chunk = rawBatch
+		chunk = rawChunk(scheme)
 	}
 	switch scheme {
 	case "rabbitmq":
@@ -172,9 +181,6 @@ func runRawClient(ctx context.Context, cfg Config, mode Mode, brokerURL, ns stri
 	case "asynq":
 		start, open, err = rawAsynq(runCtx, cfg, u, ns, t)
 	case "sqs":
-		if batched {
-			chunk = 10
-		}
 		start, open, err = rawSQS(runCtx, cfg, u, ns, t, batched)
 	}
 	if err != nil {

@@ -39,3 +39,23 @@ func TestRawClient_ExactlyOnce(t *testing.T) {
 		t.Errorf("embedded: %+v, %v; want skipped", r, err)
 	}
 }
+
+// TestLedgerOffBatched_EveryBroker runs the ledger-off-batched row
+// (Publishers goroutines × EnqueueMany chunks of 100, 10 on SQS) at a
+// tiny size on the embedded broker and every reachable one (skipping, or
+// failing under SWITCHYARD_REQUIRE_BROKERS=1, where one is down): every
+// task is handled, none twice. 250 tasks leave a partial last chunk.
+func TestLedgerOffBatched_EveryBroker(t *testing.T) {
+	for _, kind := range []string{"embedded", "rabbitmq", "nats", "asynq", "sqs"} {
+		t.Run(kind, func(t *testing.T) {
+			u := testclean.URL(t, kind, NewNamespace("sybatt"), nil) // Run replaces the namespace with its own
+			r, err := Run(context.Background(), Config{BrokerURL: u, Tasks: 250, Publishers: 3, Slots: 8, Timeout: 2 * time.Minute}, LedgerOffBatched)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Skipped != "" || r.Tasks != 250 || r.Duplicates != 0 || r.Elapsed <= 0 || r.P50 <= 0 {
+				t.Errorf("%+v; want 250 tasks each handled once", r)
+			}
+		})
+	}
+}
