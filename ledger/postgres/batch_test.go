@@ -100,7 +100,9 @@ func group(t *testing.T, s *Store, calls ...func()) {
 		}
 		rs = append(rs, got...)
 	}
-	s.runGroup(rs)
+	var w writerSession // the writers' session, as in the store
+	defer w.close()
+	s.runGroup(rs, &w)
 	// A refused write reads the task after its group (not a write); a
 	// call that writes again submits once more: run those alone.
 	done := make(chan struct{})
@@ -116,7 +118,7 @@ func group(t *testing.T, s *Store, calls ...func()) {
 			t.Fatal("calls did not return")
 		}
 		for _, r := range queued(s, 10*time.Millisecond) {
-			s.runGroup([]*groupReq{r})
+			s.runGroup([]*groupReq{r}, &w)
 		}
 	}
 }
