@@ -100,9 +100,7 @@ func group(t *testing.T, s *Store, calls ...func()) {
 		}
 		rs = append(rs, got...)
 	}
-	var w writerSession // the writers' session, as in the store
-	defer w.close()
-	s.runGroup(rs, &w)
+	s.runGroup(rs)
 	// A refused write reads the task after its group (not a write); a
 	// call that writes again submits once more: run those alone.
 	done := make(chan struct{})
@@ -118,7 +116,7 @@ func group(t *testing.T, s *Store, calls ...func()) {
 			t.Fatal("calls did not return")
 		}
 		for _, r := range queued(s, 10*time.Millisecond) {
-			s.runGroup([]*groupReq{r}, &w)
+			s.runGroup([]*groupReq{r})
 		}
 	}
 }

@@ -21,23 +21,12 @@
 // pgx's connection parameters (sslmode, sslrootcert, connect_timeout,
 // application_name, target_session_attrs, …) and pool parameters
 // (pool_max_conns, pool_min_conns, pool_max_conn_lifetime, …) pass through.
-// Any other parameter (search_path included: use schema) is an ErrInvalid
+// With default_query_exec_mode=exec or simple_protocol (pgx encodes
+// arguments without asking the server their types) the group writer sends
+// each write as its own statement, not the writes of a kind as one array
+// statement. Any other parameter (search_path included: use schema) is an ErrInvalid
 // error, so a typo is never sent to the server as a setting. Passwords
 // never appear in error text.
-//
-// # Connections
-//
-// Besides the pool (pool_max_conns, default the larger of 4 and the
-// number of CPUs), a store opens up to pool_max_conns−1 connections of
-// its own for the group writer's sessions (one per writer, opened when
-// the writer first sends a group of array statements; pgx's default
-// exec mode, cache_statement, only: see "Writer sessions" in group.go),
-// and one LISTEN connection while anyone listens (ledger.Notes, the
-// outbox relays). So count up to 2×pool_max_conns per process against
-// the server's max_connections. With default_query_exec_mode=exec or
-// simple_protocol (pgx encodes arguments without asking the server their
-// types) the group writer sends each write as its own statement, not the
-// writes of a kind as one array statement, and opens no sessions.
 //
 // # Schema and migrations
 //

@@ -7,12 +7,3 @@ import "github.com/switchyard-dev/switchyard/ledger/internal/front"
 func SetBackend(s *Store, b front.Backend) {
 	front.Init(&s.ledgerFront, "postgres", b, &s.closed, s.opts.Now)
 }
-
-// WriterSessions reports how many writer sessions the group writer opened
-// and how many groups ran on one (group.go).
-func WriterSessions(s *Store) (opened, groups int64) {
-	if s.g == nil {
-		return 0, 0
-	}
-	return s.g.opened.Load(), s.g.onSession.Load()
-}

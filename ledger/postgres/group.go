@@ -37,20 +37,6 @@ import (
 // Within a group, the writes of one kind (Create, BeginRun, EndRun with
 // a transition, PutStep, BeginEffect, SetEffect) are one array
 // statement, not one statement each (batch.go).
-//
-// Writer sessions. A group with array statements runs on its writer's
-// own connection (outside the pool, opened when the writer first needs
-// it), whose planner settings (arrayPlanSQL's) are set once as startup
-// parameters, rather than on a pool connection with a set_config
-// statement in every group: one statement fewer per group, and a session
-// whose prepared statements (pgx's cache_statement mode, the default)
-// keep their generic plans. The other groups and every single write stay
-// on the pool (moving them too measured worse: their connections' plans
-// are the ordinary ones). So a store holds up to pool_max_conns−1
-// connections more than the pool's. Only in the cache_statement exec
-// mode; in the others, and while a writer's session cannot be opened,
-// the group runs on the pool as before. A session that fails is closed
-// and opened again for the writer's next array group.
 
 // maxGroup bounds how many writes share one round trip and commit.
 const maxGroup = 64
@@ -101,9 +87,6 @@ type grouper struct {
 	// noArrays: the pool's exec mode cannot encode the array statements'
 	// []any arguments (batch.go).
 	noArrays bool
-	// sessions: array groups run on the writers' own connections
-	// (writerSession).
-	sessions bool
 	mu       sync.Mutex
 	q        []*groupReq // queued writes, oldest first
 	busy     int         // writers running a group
@@ -119,9 +102,6 @@ type grouper struct {
 	// arrays counts the array statements sent, arrayWrites the writes
 	// they completed.
 	arrays, arrayWrites atomic.Int64
-	// opened counts the writer sessions opened, onSession the groups
-	// run on one.
-	opened, onSession atomic.Int64
 	// waited counts the groups an idle writer started because the oldest
 	// write had waited GroupWait for a busy one, full those it started
 	// because maxGroup writes were waiting.
@@ -138,8 +118,6 @@ func (s *Store) startGroup(n int) {
 	switch s.pool.Config().ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
 		g.noArrays = true
-	case pgx.QueryExecModeCacheStatement:
-		g.sessions = true
 	}
 	s.g = g
 	for range n {
@@ -253,15 +231,13 @@ func (s *Store) groupLoop() {
 	buf := make([]*groupReq, 0, maxGroup)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
-	var w writerSession
-	defer w.close()
 	ran := false
 	for {
 		buf = g.next(buf, ran, timer)
 		if buf == nil {
 			return
 		}
-		s.runGroup(buf, &w)
+		s.runGroup(buf)
 		clear(buf)
 		ran = true
 	}
@@ -270,58 +246,7 @@ func (s *Store) groupLoop() {
 // groupTimeout bounds one group's round trip.
 const groupTimeout = 30 * time.Second
 
-// writerSession is a writer's own connection for its array groups (see
-// "Writer sessions" above); conn is nil until opened, and after a
-// failure.
-type writerSession struct {
-	conn *pgx.Conn
-	// failedAt is when opening it last failed: the writer uses the pool
-	// for a second after that.
-	failedAt time.Time
-}
-
-// sessionParams are the writer sessions' planner settings (arrayPlanSQL).
-var sessionParams = map[string]string{
-	"enable_seqscan": "off", "enable_hashjoin": "off", "enable_mergejoin": "off",
-	"plan_cache_mode": "force_generic_plan",
-}
-
-// get returns the session, opening it if need be; nil if it cannot be
-// opened.
-func (w *writerSession) get(ctx context.Context, s *Store) *pgx.Conn {
-	if w.conn != nil && !w.conn.IsClosed() {
-		return w.conn
-	}
-	w.close()
-	if !w.failedAt.IsZero() && time.Since(w.failedAt) < time.Second {
-		return nil
-	}
-	cfg := s.pool.Config().ConnConfig.Copy()
-	for k, v := range sessionParams {
-		cfg.RuntimeParams[k] = v
-	}
-	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.ConnectConfig(octx, cfg)
-	if err != nil {
-		w.failedAt = time.Now()
-		return nil
-	}
-	w.conn, w.failedAt = conn, time.Time{}
-	s.g.opened.Add(1)
-	return conn
-}
-
-func (w *writerSession) close() {
-	if w.conn != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		w.conn.Close(ctx)
-		cancel()
-		w.conn = nil
-	}
-}
-
-func (s *Store) runGroup(rs []*groupReq, w *writerSession) {
+func (s *Store) runGroup(rs []*groupReq) {
 	live := rs[:0:0]
 	for _, r := range rs {
 		if r.state.CompareAndSwap(reqQueued, reqTaken) {
@@ -340,13 +265,9 @@ func (s *Store) runGroup(rs []*groupReq, w *writerSession) {
 		return
 	}
 	stmts, arrays := planGroup(live, s.g.noArrays)
-	var conn *pgx.Conn
-	if arrays >= 0 && s.g.sessions && w != nil {
-		conn = w.get(ctx, s)
-	}
 	b := &pgx.Batch{}
 	for i, st := range stmts {
-		if i == arrays && conn == nil {
+		if i == arrays {
 			b.Queue(arrayPlanSQL)
 		}
 		if st.kind == nil {
@@ -357,16 +278,10 @@ func (s *Store) runGroup(rs []*groupReq, w *writerSession) {
 		s.g.arrays.Add(1)
 		s.g.arrayWrites.Add(int64(len(st.reqs)))
 	}
-	var br pgx.BatchResults
-	if conn != nil {
-		s.g.onSession.Add(1)
-		br = conn.SendBatch(ctx, b)
-	} else {
-		br = s.pool.SendBatch(ctx, b)
-	}
+	br := s.pool.SendBatch(ctx, b)
 	serverErr := false
 	for i, st := range stmts {
-		if i == arrays && conn == nil {
+		if i == arrays {
 			if _, err := br.Exec(); isServerErr(err) {
 				serverErr = true
 			}
@@ -399,9 +314,6 @@ func (s *Store) runGroup(rs []*groupReq, w *writerSession) {
 	cerr := br.Close()
 	if isServerErr(cerr) {
 		serverErr = true
-	}
-	if conn != nil && cerr != nil && !serverErr {
-		w.close() // the session failed: a new one next time
 	}
 	if serverErr {
 		// The group was rolled back as a whole: run each write alone.
