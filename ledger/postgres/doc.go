@@ -21,12 +21,14 @@
 // pgx's connection parameters (sslmode, sslrootcert, connect_timeout,
 // application_name, target_session_attrs, …) and pool parameters
 // (pool_max_conns, pool_min_conns, pool_max_conn_lifetime, …) pass through.
+// Any other parameter (search_path included: use schema) is an ErrInvalid
+// error, so a typo is never sent to the server as a setting. Passwords
+// never appear in error text.
+//
 // With default_query_exec_mode=exec or simple_protocol (pgx encodes
 // arguments without asking the server their types) the group writer sends
 // each write as its own statement, not the writes of a kind as one array
-// statement. Any other parameter (search_path included: use schema) is an ErrInvalid
-// error, so a typo is never sent to the server as a setting. Passwords
-// never appear in error text.
+// statement.
 //
 // # Schema and migrations
 //
