@@ -48,9 +48,7 @@
 // FOR UPDATE SKIP LOCKED and a lease, one claim at a time per schema; an
 // insert trigger notifies channel OutboxChannel with the schema's name at
 // commit, and ListenOutbox wakes every relay of the store from one
-// connection of its own (outside the pool): the same connection that
-// LISTENs for the store's ledger.Notes listeners, so a store holds one
-// LISTEN connection whoever listens, and each NOTIFY wakes one backend.
+// connection of its own (outside the pool).
 //
 // # Semantics
 //

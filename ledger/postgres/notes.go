@@ -15,12 +15,8 @@ import (
 // hex digits of md5(schema) (migration 0006's trigger notifies on it). A
 // note reaches listeners when the transaction that sends it commits; one
 // connection per Store, outside the pool and open while anyone listens,
-// receives them for every listener of the process. The same connection
-// LISTENs on OutboxChannel for the store's outbox relays (ListenOutbox):
-// a store holds one LISTEN connection, not one for notes and one for the
-// outbox, each woken by every NOTIFY of the other's. A dropped
-// connection is re-opened, its note listeners are sent a
-// ledger.TopicGap and its relays are woken.
+// receives them for every listener of the process. A dropped connection
+// is re-opened and its listeners are sent a ledger.TopicGap.
 
 var _ ledger.Notes = (*Store)(nil)
 
@@ -29,7 +25,6 @@ type notes struct {
 	hub     *store.Hub
 	chanMu  sync.Mutex
 	channel string
-	schema  string // current_schema(), when Options.Schema is empty
 }
 
 // noteChannel returns the schema's channel name.
@@ -61,23 +56,15 @@ func (s backend) Notify(ctx context.Context, op string, n ledger.Note) error {
 
 // Listen implements front.Backend.
 func (s backend) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
-	h := s.noteHub()
-	if h == nil {
+	s.notes.once.Do(func() { s.notes.hub = &store.Hub{Run: s.listenNotes} })
+	if s.notes.hub == nil {
 		return nil, store.Closed(op)
 	}
-	return h.Listen(ctx, op)
-}
-
-// noteHub returns the hub of the store's LISTEN connection, nil once the
-// store is closed.
-func (s *Store) noteHub() *store.Hub {
-	s.notes.once.Do(func() { s.notes.hub = &store.Hub{Run: s.listenNotes} })
-	return s.notes.hub
+	return s.notes.hub.Listen(ctx, op)
 }
 
 // listenNotes is the hub's source: a connection of its own that LISTENs
-// on the schema's channel and on OutboxChannel until ctx ends or the
-// connection fails.
+// on the schema's channel until ctx ends or the connection fails.
 func (s *Store) listenNotes(ctx context.Context, ready func(), emit func(ledger.Note)) {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
@@ -89,27 +76,14 @@ func (s *Store) listenNotes(ctx context.Context, ready func(), emit func(ledger.
 	if err != nil {
 		return
 	}
-	schema, err := s.schemaName(ctx, conn)
-	if err != nil {
-		return
-	}
-	// One round trip for both (the simple protocol runs a multi-statement
-	// string as one).
-	if _, err := conn.PgConn().Exec(ctx, `LISTEN `+pgx.Identifier{c}.Sanitize()+`; LISTEN `+OutboxChannel).ReadAll(); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{c}.Sanitize()); err != nil {
 		return
 	}
 	ready()
-	s.kickAll() // an outbox commit may have happened while not listening
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
 			return
-		}
-		if n.Channel == OutboxChannel {
-			if n.Payload == schema {
-				s.kickAll()
-			}
-			continue
 		}
 		if note, ok := ledger.DecodeNote(n.Payload); ok {
 			emit(note)

@@ -3,40 +3,39 @@ package postgres
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/switchyard-dev/switchyard/ledger/internal/store"
 )
 
 // The outbox's notifications: migration 0008's trigger notifies channel
 // OutboxChannel with the schema's name at every commit that adds outbox
-// rows; the store's one LISTEN connection (notes.go), shared with the
-// ledger.Notes listeners, wakes every relay listening through the store.
+// rows; a store listens on one connection of its own and wakes every
+// relay listening through it.
 
-// listener holds the relays listening through the store (ListenOutbox):
-// a process running many Servers on one ledger holds one connection for
-// them all, and for its note listeners.
+// listener is the store's one LISTEN connection, shared by every relay
+// that listens through the store (ListenOutbox): a process running many
+// Servers on one ledger holds one connection for them all.
 type listener struct {
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	mu     sync.Mutex
+	subs   map[chan struct{}]struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-// ListenOutbox implements ledger.OutboxNotifier with LISTEN on the
-// store's LISTEN connection (not one of the pool's; the one ledger.Notes
-// listeners use), shared by every caller of this store, reconnecting
-// after a loss.
+// ListenOutbox implements ledger.OutboxNotifier with LISTEN on a
+// connection of its own (not one of the pool's), shared by every caller
+// of this store, reconnecting after a loss with a backoff of up to 5s.
 func (s *Store) ListenOutbox(ctx context.Context) (<-chan struct{}, error) {
 	const op = "postgres: listen outbox"
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	if _, err := s.schemaName(ctx, s.pool); err != nil {
-		return nil, classify(op, err, false)
-	}
-	h := s.noteHub()
-	if h == nil {
-		return nil, store.Closed(op)
+	schema := s.opts.Schema
+	if schema == "" {
+		if err := s.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			return nil, classify(op, err, false)
+		}
 	}
 	ch := make(chan struct{}, 1)
 	ch <- struct{}{} // a commit may have happened before this call
@@ -46,50 +45,32 @@ func (s *Store) ListenOutbox(ctx context.Context) (<-chan struct{}, error) {
 		l.subs = map[chan struct{}]struct{}{}
 	}
 	l.subs[ch] = struct{}{}
-	l.mu.Unlock()
-	// The hold ends with ctx or the store; the hub closes with the store.
-	hctx, cancel := context.WithCancel(ctx)
-	if err := h.Hold(hctx, op); err != nil {
-		cancel()
-		l.mu.Lock()
-		delete(l.subs, ch)
-		l.mu.Unlock()
-		return nil, err
+	if l.cancel == nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		l.cancel, l.done = cancel, make(chan struct{})
+		go s.listenLoop(lctx, schema, l.done)
 	}
+	l.mu.Unlock()
 	go func() {
 		select {
 		case <-ctx.Done():
 		case <-s.stopListen():
 		}
-		cancel()
 		l.mu.Lock()
 		delete(l.subs, ch)
-		// Closed under the lock: kickAll sends only under it.
+		var wait chan struct{}
+		if len(l.subs) == 0 && l.cancel != nil {
+			l.cancel()
+			l.cancel, wait = nil, l.done
+		}
+		// Closed under the lock: the loop sends only under it.
 		close(ch)
 		l.mu.Unlock()
+		if wait != nil {
+			<-wait
+		}
 	}()
 	return ch, nil
-}
-
-// schemaName returns the ledger's schema: Options.Schema, else the
-// connection's current_schema() (read once).
-func (s *Store) schemaName(ctx context.Context, q interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}) (string, error) {
-	if s.opts.Schema != "" {
-		return s.opts.Schema, nil
-	}
-	s.notes.chanMu.Lock()
-	defer s.notes.chanMu.Unlock()
-	if s.notes.schema != "" {
-		return s.notes.schema, nil
-	}
-	var schema string
-	if err := q.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return "", err
-	}
-	s.notes.schema = schema
-	return schema, nil
 }
 
 // stopListen is closed when the store closes.
@@ -108,5 +89,35 @@ func (s *Store) kickAll() {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+}
+
+func (s *Store) listenLoop(ctx context.Context, schema string, done chan struct{}) {
+	defer close(done)
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil && !s.closed.Load() {
+		conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+		if err == nil {
+			if _, err = conn.Exec(ctx, `LISTEN `+OutboxChannel); err == nil {
+				backoff = 50 * time.Millisecond
+				s.kickAll() // a commit may have happened while not listening
+				for {
+					n, werr := conn.WaitForNotification(ctx)
+					if werr != nil {
+						break
+					}
+					if n.Payload == schema {
+						s.kickAll()
+					}
+				}
+			}
+			conn.Close(context.WithoutCancel(ctx))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
 	}
 }

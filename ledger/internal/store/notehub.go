@@ -38,9 +38,6 @@ type Hub struct {
 // reaches NoteBuffer is dropped and replaced by one gap note, which the
 // listener always gets, whether more notes come or not.
 type hubSub struct {
-	// hold marks a holder (Hub.Hold): it keeps the source running and
-	// gets no notes.
-	hold bool
 	out  chan ledger.Note
 	wake chan struct{}
 	done chan struct{}
@@ -105,24 +102,10 @@ func (s *hubSub) forward() {
 
 // Listen adds a listener until ctx ends.
 func (h *Hub) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
-	return h.listen(ctx, op, false)
-}
-
-// Hold keeps the source running until ctx ends, as a listener does, for
-// a caller that wants what the source does besides sending notes (the
-// PostgreSQL store's LISTEN connection also wakes its outbox relays); it
-// returns once the source is ready, or ctx has ended.
-func (h *Hub) Hold(ctx context.Context, op string) error {
-	_, err := h.listen(ctx, op, true)
-	return err
-}
-
-func (h *Hub) listen(ctx context.Context, op string, hold bool) (<-chan ledger.Note, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, broker.Wrap(op, broker.Transient, err)
 	}
 	sub := newHubSub()
-	sub.hold = hold
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -132,9 +115,7 @@ func (h *Hub) listen(ctx context.Context, op string, hold bool) (<-chan ledger.N
 		h.subs = map[*hubSub]struct{}{}
 	}
 	h.subs[sub] = struct{}{}
-	if !hold {
-		go sub.forward()
-	}
+	go sub.forward()
 	if h.cancel == nil {
 		rctx, cancel := context.WithCancel(context.Background())
 		h.cancel, h.done, h.ready = cancel, make(chan struct{}), make(chan struct{})
@@ -176,9 +157,7 @@ func (h *Hub) emit(n ledger.Note) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
-		if !s.hold {
-			s.push(n)
-		}
+		s.push(n)
 	}
 }
 
