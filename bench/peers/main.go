@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -105,6 +107,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.rate, "rate", 0, "pace the per-job rows' publishers to this many tasks/s in all (0: as fast as they go); select rows with --only")
 	runs := fs.Int("runs", 3, "runs of every row (medians are printed)")
 	only := fs.String("only", "", "run only rows whose name contains this (or one of these, separated by |; one that starts with = names a row exactly)")
+	roles := fs.Bool("pg-roles", false, "sample PostgreSQL's CPU by role (ledger writers, LISTEN connections, background) every 20ms during the rows that use it, and commits and xids per task (pgroles.go)")
+	rolesDSN := fs.String("pg-roles-db", "", "--pg-roles: where the sampler connects (default: --pg with database postgres, so that its own queries are not counted as the benchmark database's commits)")
 	suite := fs.String("suite", "runtime", "runtime (the rows above), or enqueuetx (EnqueueTx beside river's InsertTx; see enqueuetx.go)")
 	var tx txOptions
 	fs.IntVar(&tx.batch, "tx-batch", 100, "enqueuetx: tasks per transaction in the Many rows")
@@ -152,13 +156,44 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	var (
+		benchDB   string
+		roleLines bytes.Buffer
+	)
+	if *roles {
+		u, err := url.Parse(o.pg)
+		if err != nil {
+			return fmt.Errorf("--pg: %v", err)
+		}
+		benchDB = strings.TrimPrefix(u.Path, "/")
+		if *rolesDSN == "" {
+			u.Path = "/postgres"
+			*rolesDSN = u.String()
+		}
+		if o.pg, err = withAppName(o.pg, rolesApp); err != nil {
+			return err
+		}
+	}
 	load0, started := runtimebench.LoadAvg(), time.Now().UTC()
 	all := make([][]result, len(selected))
 	for n := 0; n < *runs; n++ {
 		for i, r := range selected {
 			fmt.Fprintf(stderr, "run %d/%d: %s…\n", n+1, *runs, r.name)
 			rctx, cancel := context.WithTimeout(ctx, o.timeout)
+			var sampler *rolesSampler
+			if *roles && r.pg {
+				var err error
+				if sampler, err = startRoles(rctx, *rolesDSN, benchDB); err != nil {
+					fmt.Fprintf(stderr, "  --pg-roles: %v\n", err)
+				}
+			}
 			res, err := r.run(rctx, o)
+			if sampler != nil {
+				st := sampler.finish(ctx)
+				if err == nil && res.skipped == "" {
+					printRoles(&roleLines, r.name, n+1, res.tasks, res.elapsed, st)
+				}
+			}
 			cancel()
 			if err != nil {
 				fmt.Fprintf(stderr, "  %s failed: %v\n", r.name, err)
@@ -189,6 +224,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			pg = fmt.Sprintf("%.0f", us(m.pgCPU))
 		}
 		fmt.Fprintf(stdout, "| %s | %.0f | %.2f / %.2f | %.0f | %s |\n", r.name, m.perSecond(), ms(m.p50), ms(m.p99), us(m.clientCPU), pg)
+	}
+	if roleLines.Len() > 0 {
+		fmt.Fprintf(stdout, "\nPostgreSQL CPU by role, µs per task (database %s; sampled every %v):\n\n", benchDB, rolesEvery)
+		fmt.Fprintln(stdout, "| row | run | tasks/s | PG CPU µs/task | writers' share | by role | commits/task | xids/task (cluster-wide) |")
+		fmt.Fprintln(stdout, "|---|---|---|---|---|---|---|---|")
+		io.Copy(stdout, &roleLines)
 	}
 	fmt.Fprintln(stdout)
 	fmt.Fprintln(stdout, "| ratio (same run) | value |")

@@ -30,6 +30,12 @@ import (
 // flight at once, so any order among them is one their callers may see.
 // A server error in an array statement rolls back the group as any
 // statement's does, and every write of it is then run alone (group.go).
+//
+// The arrays are []any, which pgx can encode only once it knows the
+// parameter's type from the server: in the exec modes that do not
+// describe the statement first (default_query_exec_mode=exec or
+// simple_protocol) a group's writes are all single statements
+// (noArrays), as they were before array statements.
 
 // batchKind is one kind of write that groups complete with an array
 // statement.
@@ -83,8 +89,9 @@ type groupStmt struct {
 // arrival order; then one array statement per kind with several writes,
 // holding the first write of each row; then the other writes of those
 // rows, alone, in arrival order. arrays is the index of the first array
-// statement, -1 when there is none.
-func planGroup(live []*groupReq) (stmts []groupStmt, arrays int) {
+// statement, -1 when there is none. With noArrays every write runs
+// alone, in arrival order.
+func planGroup(live []*groupReq, noArrays bool) (stmts []groupStmt, arrays int) {
 	var (
 		kinds  []groupStmt
 		later  []*groupReq
@@ -92,7 +99,7 @@ func planGroup(live []*groupReq) (stmts []groupStmt, arrays int) {
 		seen   map[*batchKind]map[string]bool
 	)
 	for _, r := range live {
-		if r.kind == nil {
+		if r.kind == nil || noArrays {
 			stmts = append(stmts, groupStmt{reqs: []*groupReq{r}})
 			continue
 		}

@@ -25,6 +25,11 @@
 // error, so a typo is never sent to the server as a setting. Passwords
 // never appear in error text.
 //
+// With default_query_exec_mode=exec or simple_protocol (pgx encodes
+// arguments without asking the server their types) the group writer sends
+// each write as its own statement, not the writes of a kind as one array
+// statement.
+//
 // # Schema and migrations
 //
 // The versioned migrations in migrations/NNNN_name.sql are embedded and

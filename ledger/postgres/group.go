@@ -84,10 +84,13 @@ type grouper struct {
 	// before an idle one takes it (negative: an idle writer takes a write
 	// at once).
 	wait time.Duration
-	mu   sync.Mutex
-	q    []*groupReq // queued writes, oldest first
-	busy int         // writers running a group
-	idle int         // writers waiting on changed
+	// noArrays: the pool's exec mode cannot encode the array statements'
+	// []any arguments (batch.go).
+	noArrays bool
+	mu       sync.Mutex
+	q        []*groupReq // queued writes, oldest first
+	busy     int         // writers running a group
+	idle     int         // writers waiting on changed
 	// changed is closed, and replaced, when a write arrives that may let
 	// an idle writer start a group.
 	changed chan struct{}
@@ -112,6 +115,10 @@ func newGrouper(wait time.Duration) *grouper {
 // startGroup starts n writer goroutines.
 func (s *Store) startGroup(n int) {
 	g := newGrouper(s.opts.GroupWait)
+	switch s.pool.Config().ConnConfig.DefaultQueryExecMode {
+	case pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol:
+		g.noArrays = true
+	}
 	s.g = g
 	for range n {
 		g.wg.Add(1)
@@ -257,7 +264,7 @@ func (s *Store) runGroup(rs []*groupReq) {
 		live[0].done <- s.runOne(ctx, live[0])
 		return
 	}
-	stmts, arrays := planGroup(live)
+	stmts, arrays := planGroup(live, s.g.noArrays)
 	b := &pgx.Batch{}
 	for i, st := range stmts {
 		if i == arrays {
