@@ -161,6 +161,22 @@ func awaitRefusing(t *testing.T, ch *amqp.Channel, queue string) {
 	t.Fatalf("queue %s never refused a publish", queue)
 }
 
+// openDelayLane opens a driver on a new namespace and declares lane's
+// work queue and its delay queue for delay, with the broker's dead-letter
+// retry shortened while they are created (withFastDLXRetry); the
+// namespace is deleted when the test ends.
+func openDelayLane(t *testing.T, lane string, delay time.Duration) (string, *Driver) {
+	t.Helper()
+	u := testURL(t, newNS(t), "", "", nil)
+	t.Cleanup(func() { cleanupNamespace(u, lane) })
+	d := openDriver(t, u)
+	withFastDLXRetry(t, func() error {
+		_, err := d.declareDelay(ctxT(t, 20*time.Second), "test", lane, bucketFor(delay))
+		return err
+	})
+	return u, d
+}
+
 // publishDelayed publishes n messages to lane that run after delay, with
 // IDs m-0…m-(n-1), each Publish call with a bounded context.
 func publishDelayed(t *testing.T, d broker.Driver, lane string, n int, delay time.Duration) map[string]bool {
@@ -260,14 +276,7 @@ func drain(t *testing.T, d broker.Driver, lane string, want map[string]bool, wit
 // at-least-once dead-letter worker is refused and must retry.
 func TestDelayed_WorkQueueRefuses(t *testing.T) {
 	const lane, n, delay = "work", 100, 300 * time.Millisecond
-	ns := newNS(t)
-	u := testURL(t, ns, "", "", nil)
-	t.Cleanup(func() { cleanupNamespace(u, lane) })
-	d := openDriver(t, u)
-	withFastDLXRetry(t, func() error {
-		_, err := d.declareDelay(ctxT(t, 20*time.Second), "test", lane, bucketFor(delay))
-		return err
-	})
+	_, d := openDelayLane(t, lane, delay)
 	work := d.cfg.workQueue(lane)
 	// The work queue holds at most 10 messages: probes fill it.
 	setPolicy(t, work, `{"max-length":10,"overflow":"reject-publish"}`)
@@ -295,14 +304,7 @@ func TestDelayed_WorkQueueDeleted(t *testing.T) {
 			// A delay that outlasts the nacks: a message back in the work
 			// queue when the test deletes it is lost by the test's hand.
 			const lane, n, delay = "work", 100, 3 * time.Second
-			ns := newNS(t)
-			u := testURL(t, ns, "", "", nil)
-			t.Cleanup(func() { cleanupNamespace(u, lane) })
-			d := openDriver(t, u)
-			withFastDLXRetry(t, func() error {
-				_, err := d.declareDelay(ctxT(t, 20*time.Second), "test", lane, bucketFor(delay))
-				return err
-			})
+			u, d := openDelayLane(t, lane, delay)
 			var want map[string]bool
 			if mode == "runat" {
 				want = publishDelayed(t, d, lane, n, delay)
