@@ -216,6 +216,10 @@
 // their queues (rabbitmqctl eval; serialised by an flock on
 // /tmp/switchyard-rabbitmq-dlx-env.lock) and restore the value they read;
 // they apply policies to their own queues only.
+// TestMultiProcess_DelayedAtLeastOnce runs the test binary again as
+// producer and worker processes (through the public Client and Server)
+// and SIGKILLs some of them; it deletes its own namespace's work queue
+// and takes about 35 s.
 //
 //	SWITCHYARD_REQUIRE_BROKERS=1 go test ./adapters/rabbitmq/ -count=1
 //	go test ./adapters/rabbitmq/ -run '^$' -bench Throughput -benchtime 1x

@@ -559,14 +559,22 @@ func TestMultiProcess_DelayedAtLeastOnce(t *testing.T) {
 			extra++
 		}
 	}
+	cut := 0 // Enqueues a kill cut short (tried, no outcome)
+	for k := range tl.tried {
+		_, ok := tl.ok[k]
+		_, failed := tl.failed[k]
+		if !ok && !failed {
+			cut++
+		}
+	}
 	failedClass := map[string]int{}
 	for _, c := range tl.failed {
 		failedClass[c]++
 	}
 	t.Logf("%d processes, %s (phase A %s): %d tasks enqueued (A %d, B %d), %d failed Enqueues %v, %d handler starts, %d RetryAfter nacks; "+
-		"killed mid-handler: %v; completed without a successful Enqueue (producer killed or Enqueue failed): %d",
+		"killed mid-handler: %v; Enqueues cut by a kill: %d; completed without a successful Enqueue: %d",
 		len(r.procs), elapsed.Round(100*time.Millisecond), phaseA.Round(100*time.Millisecond), len(tl.ok), okA, len(tl.ok)-okA,
-		len(tl.failed), failedClass, tl.starts, tl.retries, tl.open, extra)
+		len(tl.failed), failedClass, tl.starts, tl.retries, tl.open, cut, extra)
 	t.Logf("phase B: %d tasks; work queue deleted %s before the first message was due, declared again by a worker %s after the delete",
 		okB, firstDue.Sub(deleted).Round(time.Millisecond), redeclaredB.Round(time.Millisecond))
 	t.Logf("phase C: %d tasks; no worker and no work queue (absent when the last was due + 1.5 s: %v) until two workers started",
