@@ -571,9 +571,9 @@ func TestMultiProcess_DelayedAtLeastOnce(t *testing.T) {
 	for _, c := range tl.failed {
 		failedClass[c]++
 	}
-	t.Logf("%d processes, %s (phase A %s): %d tasks enqueued (A %d, B %d), %d failed Enqueues %v, %d handler starts, %d RetryAfter nacks; "+
+	t.Logf("%d processes, %s (phase A %s): %d tasks enqueued (A %d, B %d, C %d), %d failed Enqueues %v, %d handler starts, %d RetryAfter nacks; "+
 		"killed mid-handler: %v; Enqueues cut by a kill: %d; completed without a successful Enqueue: %d",
-		len(r.procs), elapsed.Round(100*time.Millisecond), phaseA.Round(100*time.Millisecond), len(tl.ok), okA, len(tl.ok)-okA,
+		len(r.procs), elapsed.Round(100*time.Millisecond), phaseA.Round(100*time.Millisecond), len(tl.ok), okA, okB, len(tl.ok)-okA-okB,
 		len(tl.failed), failedClass, tl.starts, tl.retries, tl.open, cut, extra)
 	t.Logf("phase B: %d tasks; work queue deleted %s before the first message was due, declared again by a worker %s after the delete",
 		okB, firstDue.Sub(deleted).Round(time.Millisecond), redeclaredB.Round(time.Millisecond))
