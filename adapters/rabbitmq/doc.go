@@ -205,6 +205,15 @@
 // (0.94–0.96×); under load the runs were too noisy to tell
 // (delay 0.89–1.12×), and an earlier measurement put the delay path at
 // 0.77×: budget up to a quarter less throughput for delayed messages.
+// Through the public path (switchyard bench runtime --delay 50ms, twelfth
+// pass, 5 alternated pairs at load 6–13) the per-call Enqueue rows were
+// unchanged (direct 1.00×, delayed 0.94×; at 500 tasks/s p50 6.0 → 9.2 ms
+// after the run time), but a burst of 10,000 delayed tasks enqueued in
+// batches came back 0.70× as fast (every pair below 1) with a p50 of 2.3 s
+// instead of 0.27 s after their run time: expired messages now leave a
+// delay queue through its dead-letter worker, which waits for the work
+// queue's confirms with at most dead_letter_worker_consumer_prefetch (32
+// by default) in flight. That this setting is the limit is not measured.
 //
 // # Testing
 //
@@ -216,6 +225,10 @@
 // their queues (rabbitmqctl eval; serialised by an flock on
 // /tmp/switchyard-rabbitmq-dlx-env.lock) and restore the value they read;
 // they apply policies to their own queues only.
+// TestMultiProcess_DelayedAtLeastOnce runs the test binary again as
+// producer and worker processes (through the public Client and Server)
+// and SIGKILLs some of them; it deletes its own namespace's work queue
+// and takes about 35 s.
 //
 //	SWITCHYARD_REQUIRE_BROKERS=1 go test ./adapters/rabbitmq/ -count=1
 //	go test ./adapters/rabbitmq/ -run '^$' -bench Throughput -benchtime 1x

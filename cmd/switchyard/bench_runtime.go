@@ -32,13 +32,14 @@ func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Write
 	asJSON := fs.Bool("json", false, "print JSON (every run and the medians)")
 	verbose := fs.Bool("v", false, "log the runtime's warnings and cleanup failures to stderr")
 	keys := fs.Int("keys", 1000, "ordering keys of the keyed rows")
+	delay := fs.Duration("delay", 0, "enqueue the runtime rows' tasks to run this long after Enqueue (the broker's delay path; latency counts from the requested run time)")
 	modeList := fs.String("modes", "", "comma-separated rows to run (default: all): "+modeNames())
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return errUsage
 	}
-	if len(pos) != 0 || *tasks < 1 || *publishers < 1 || *runs < 1 || *slots < 1 || *prefetch < 0 || *rate < 0 || *keys < 1 {
-		fmt.Fprintln(stderr, "usage: switchyard bench runtime [--broker URL] [--ledger DSN] [--tasks N] [--publishers 8] [--runs 3] [--slots 64] [--prefetch N] [--rate R] [--keys 1000] [--modes a,b] [--json]")
+	if len(pos) != 0 || *tasks < 1 || *publishers < 1 || *runs < 1 || *slots < 1 || *prefetch < 0 || *rate < 0 || *keys < 1 || *delay < 0 {
+		fmt.Fprintln(stderr, "usage: switchyard bench runtime [--broker URL] [--ledger DSN] [--tasks N] [--publishers 8] [--runs 3] [--slots 64] [--prefetch N] [--rate R] [--keys 1000] [--delay D] [--modes a,b] [--json]")
 		return errUsage
 	}
 	var modes []runtimebench.Mode
@@ -52,7 +53,7 @@ func runBenchRuntime(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	cfg := runtimebench.Config{BrokerURL: *url, LedgerDSN: *dsn, Tasks: *tasks, Publishers: *publishers, Slots: *slots, Prefetch: *prefetch,
-		Rate: *rate, Timeout: *timeout, Keys: *keys, Modes: modes}
+		Rate: *rate, Delay: *delay, Timeout: *timeout, Keys: *keys, Modes: modes}
 	if *verbose {
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/switchyard-dev/switchyard/adapters/gcppubsub"
 	pgbroker "github.com/switchyard-dev/switchyard/adapters/postgres"
+	"github.com/switchyard-dev/switchyard/adapters/rabbitmq"
 	"github.com/switchyard-dev/switchyard/adapters/sqs"
 	"github.com/switchyard-dev/switchyard/broker"
 )
@@ -91,7 +92,18 @@ func cleanRabbitMQ(u *url.URL, ns string) error {
 	}
 	defer conn.Close()
 	for _, lane := range benchLanes {
-		for _, q := range []string{"switchyard." + ns + "." + lane, "switchyard." + ns + "." + lane + ".dlq"} {
+		prefix := "switchyard." + ns + "." + lane
+		qs := []string{prefix, prefix + ".dlq"}
+		// The delay queues (run-at tasks, retries with backoff): one per
+		// bucket, 100 ms doubling to past the adapter's MaxDelay (named
+		// as the adapter's config.delayQueue does).
+		for b := 100 * time.Millisecond; ; b *= 2 {
+			qs = append(qs, prefix+".delay."+strconv.FormatInt(b.Milliseconds(), 10)+"ms")
+			if b >= rabbitmq.MaxDelay {
+				break
+			}
+		}
+		for _, q := range qs {
 			ch, err := conn.Channel()
 			if err != nil {
 				return err

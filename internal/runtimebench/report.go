@@ -26,6 +26,9 @@ type Report struct {
 	LoadStart  string    `json:"load_start"`
 	LoadEnd    string    `json:"load_end"`
 	Started    time.Time `json:"started"`
+
+	// Delay is Config.Delay.
+	Delay time.Duration `json:"delay_ns,omitempty"`
 	// Rows are the medians per mode, in Modes order; All has every run.
 	Rows []Result   `json:"rows"`
 	All  [][]Result `json:"all_runs"`
@@ -43,7 +46,7 @@ func Suite(ctx context.Context, cfg Config, runs int, progress io.Writer) (*Repo
 		runs = 1
 	}
 	rep := &Report{Broker: redact(cfg.BrokerURL), Ledger: redact(cfg.LedgerDSN), Tasks: cfg.Tasks, Runs: runs, Publishers: cfg.Publishers,
-		Slots: cfg.Slots, Prefetch: cfg.Prefetch, Rate: cfg.Rate, LoadStart: LoadAvg(), Started: time.Now().UTC()}
+		Slots: cfg.Slots, Prefetch: cfg.Prefetch, Rate: cfg.Rate, Delay: cfg.Delay, LoadStart: LoadAvg(), Started: time.Now().UTC()}
 	if rep.Broker == "" {
 		rep.Broker = "embedded (temporary file)"
 	}
@@ -140,6 +143,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		rep.Tasks, rep.Runs, rep.Publishers, rep.Slots, rep.Prefetch)
 	if rep.Rate > 0 {
 		fmt.Fprintf(w, ", paced at %d tasks/s", rep.Rate)
+	}
+	if rep.Delay > 0 {
+		fmt.Fprintf(w, "; runtime rows' tasks delayed %s (latency from the requested run time)", rep.Delay)
 	}
 	fmt.Fprintf(w, "\nload average: %s at start (%s), %s at end\n\n", rep.LoadStart, rep.Started.Format("15:04 MST"), rep.LoadEnd)
 	var raw, rawCall, rawBatch float64

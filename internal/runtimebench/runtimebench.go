@@ -82,6 +82,13 @@ type Config struct {
 	// total, for latency at a given load; zero publishes as fast as
 	// possible (drain throughput).
 	Rate int
+	// Delay, when positive, enqueues every runtime row's task to run Delay
+	// after its Enqueue (EnqueueOpts.Delay, EnqueueItem.Opts.Delay: the
+	// "scheduled" lane and the broker's delay path), and P50/P99 count
+	// from the requested run time (enqueue time + Delay), not from the
+	// enqueue. The raw rows ignore it. Defaults to 0: every task due at
+	// once.
+	Delay time.Duration
 	// Modes limits Suite to these modes, in this order (nil: Modes).
 	Modes []Mode
 	// Keys is the number of ordering keys of the keyed modes. Defaults to
@@ -226,8 +233,8 @@ func runRaw(ctx context.Context, brokerURL string, n int) (Result, error) {
 	return Result{Mode: Raw, Tasks: r.Messages, Elapsed: r.Elapsed, ClientCPU: (processCPU() - cpu0) / time.Duration(max(r.Messages, 1))}, nil
 }
 
-// benchArgs is the task: the enqueue time, so the handler can measure
-// enqueue → start.
+// benchArgs is the task: the enqueue time (plus Config.Delay: the
+// requested run time), so the handler can measure enqueue → start.
 type benchArgs struct {
 	T int64 `json:"t"`
 }
@@ -235,16 +242,21 @@ type benchArgs struct {
 func (benchArgs) Kind() string { return "bench.runtime" }
 
 // bulkEnqueue enqueues the tasks through Client.EnqueueMany in chunks of
-// chunk, stamping each item's enqueue time just before its chunk's call,
-// and returns the first per-item error.
-var bulkEnqueue = func(ctx context.Context, c *switchyard.Client, args []benchArgs, chunk int) error {
+// chunk, to run delay after the call (0: at once), stamping each item's
+// requested run time just before its chunk's call, and returns the first
+// per-item error.
+var bulkEnqueue = func(ctx context.Context, c *switchyard.Client, args []benchArgs, chunk int, delay time.Duration) error {
+	var opts *switchyard.EnqueueOpts
+	if delay > 0 {
+		opts = &switchyard.EnqueueOpts{Delay: delay}
+	}
 	for lo := 0; lo < len(args); lo += chunk {
 		hi := min(lo+chunk, len(args))
 		items := make([]switchyard.EnqueueItem, hi-lo)
-		now := time.Now().UnixNano()
+		now := time.Now().Add(delay).UnixNano()
 		for i := range items {
 			args[lo+i].T = now
-			items[i] = switchyard.EnqueueItem{Args: args[lo+i]} // the default lane, as Enqueue's rows
+			items[i] = switchyard.EnqueueItem{Args: args[lo+i], Opts: opts} // the default lane, as Enqueue's rows
 		}
 		res, err := c.EnqueueMany(ctx, items)
 		if err != nil {
@@ -363,14 +375,14 @@ func runRuntime(ctx context.Context, cfg Config, mode Mode, brokerURL string, L 
 func publish(ctx context.Context, cfg Config, mode Mode, brokerURL string, c *switchyard.Client, n int) error {
 	switch mode {
 	case LedgerOnBulk, LedgerOffBulk:
-		return bulkEnqueue(ctx, c, make([]benchArgs, n), bulkChunk)
+		return bulkEnqueue(ctx, c, make([]benchArgs, n), bulkChunk, cfg.Delay)
 	case LedgerOffBatched:
 		args := make([]benchArgs, n)
 		chunk := 100
 		if u, err := url.Parse(brokerURL); err == nil {
 			chunk = rawChunk(rawScheme(u))
 		}
-		send := func(lo, hi int) error { return bulkEnqueue(ctx, c, args[lo:hi], hi-lo) }
+		send := func(lo, hi int) error { return bulkEnqueue(ctx, c, args[lo:hi], hi-lo, cfg.Delay) }
 		return publishers(ctx, cfg.Publishers, n, chunk, func() (func(lo, hi int) error, func(), error) { return send, func() {}, nil })
 	}
 	keyed := mode == LedgerOnKeyed || mode == LedgerOffKeyed
@@ -401,10 +413,13 @@ func publish(ctx context.Context, cfg Config, mode Mode, brokerURL string, c *sw
 					}
 				}
 				var opts *switchyard.EnqueueOpts
-				if keyed {
-					opts = &switchyard.EnqueueOpts{OrderingKey: "k" + strconv.FormatInt(i%int64(cfg.Keys), 10)}
+				if keyed || cfg.Delay > 0 {
+					opts = &switchyard.EnqueueOpts{Delay: cfg.Delay}
 				}
-				if _, err := c.Enqueue(ctx, benchArgs{T: time.Now().UnixNano()}, opts); err != nil {
+				if keyed {
+					opts.OrderingKey = "k" + strconv.FormatInt(i%int64(cfg.Keys), 10)
+				}
+				if _, err := c.Enqueue(ctx, benchArgs{T: time.Now().Add(cfg.Delay).UnixNano()}, opts); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = err

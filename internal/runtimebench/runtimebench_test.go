@@ -84,3 +84,39 @@ func TestSuite_Embedded(t *testing.T) {
 		}
 	}
 }
+
+// TestSuite_Delay: with Config.Delay the runtime rows' tasks go through
+// the delay path (the "scheduled" lane) and none starts before its
+// requested run time, from which the latency counts.
+func TestSuite_Delay(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Tasks: 50, Publishers: 2, Slots: 4, Timeout: time.Minute, Delay: 300 * time.Millisecond,
+		Modes: []Mode{LedgerOff, LedgerOffBatched, LedgerOffBulk}}
+	rep, err := Suite(context.Background(), cfg, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Rows {
+		if r.Tasks != 50 {
+			t.Errorf("%s: %d tasks; want 50", r.Mode, r.Tasks)
+		}
+		// P50 ≥ 0: at least half the tasks did not start before their run
+		// time (the broker's contract is all of them; latency is not
+		// measured per task here).
+		if r.P50 < 0 {
+			t.Errorf("%s: p50 %s: tasks started before their requested run time", r.Mode, r.P50)
+		}
+		// The run starts before the first Enqueue and ends after the last
+		// start, which is not due before that Enqueue + Delay.
+		if r.Elapsed < cfg.Delay {
+			t.Errorf("%s: the run took %s, less than the delay %s", r.Mode, r.Elapsed, cfg.Delay)
+		}
+	}
+	var out bytes.Buffer
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "delayed 300ms") {
+		t.Errorf("table does not say the tasks were delayed:\n%s", out.String())
+	}
+}
