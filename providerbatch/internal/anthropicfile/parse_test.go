@@ -1,4 +1,4 @@
-package anthropic
+package anthropicfile
 
 import (
 	"bytes"
