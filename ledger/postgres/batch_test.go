@@ -403,9 +403,12 @@ func TestArrayGroup_SameTaskTwice(t *testing.T) {
 }
 
 // TestArrayGroup_ServerError: an array statement that fails on the
-// server (an EndRun of a task that does not exist: its attempt's foreign
-// key) splits its group; every write of it is run alone and gets its own
-// outcome.
+// server (EndRun's full statement for a task that does not exist: its
+// attempt's foreign key) splits its group; every write of it is run
+// alone and gets its own outcome. The writes are EndRun's full
+// statement: the lean one (lean.go) that EndRun tries first returns no
+// row for an unknown task and fails nothing; EndRun then runs the full
+// one alone, which reports the task not found.
 func TestArrayGroup_ServerError(t *testing.T) {
 	t.Parallel()
 	s := heldGroups(t)
@@ -419,7 +422,11 @@ func TestArrayGroup_ServerError(t *testing.T) {
 	errs := make([]error, 4)
 	var calls []func()
 	for i, id := range append(ids, broker.NewID()) {
-		calls = append(calls, func() { _, errs[i] = s.EndRun(ctx, complete(id, 1, 0)) })
+		calls = append(calls, func() {
+			errs[i] = s.queryRowKind(ctx, endRunKind, func(r pgx.Row) error { _, err := scanTask(r); return err },
+				id, "completed", time.Now(), 1, false, []byte{}, nil, nil, []string{"running"}, "succeeded", "", "", 0,
+				id, 1, "", nil, int64(time.Millisecond), "ok", "", "", "")
+		})
 	}
 	group(t, s, calls...)
 	for i := range ids {
@@ -427,11 +434,16 @@ func TestArrayGroup_ServerError(t *testing.T) {
 			t.Errorf("EndRun %d: %v", i, errs[i])
 		}
 	}
-	if !errors.Is(errs[3], ledger.ErrNotFound) {
-		t.Errorf("EndRun of an unknown task: %v, want ErrNotFound", errs[3])
+	if !isFK(errs[3]) {
+		t.Errorf("EndRun's full statement for an unknown task: %v, want a foreign-key error", errs[3])
 	}
 	if _, _, splits := s.GroupStats(); splits != 1 {
 		t.Errorf("%d groups split, want 1", splits)
+	}
+	var err error
+	direct(s, func() { _, err = s.EndRun(ctx, complete(broker.NewID(), 1, 0)) })
+	if !errors.Is(err, ledger.ErrNotFound) {
+		t.Errorf("EndRun of an unknown task: %v, want ErrNotFound", err)
 	}
 	for _, id := range ids {
 		var as []ledger.Attempt

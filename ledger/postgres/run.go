@@ -182,10 +182,20 @@ func (s backend) BeginRun(ctx context.Context, op string, req ledger.RunStart) (
 	if start.IsZero() {
 		start = now
 	}
+	args := []any{req.ID, req.Attempt, req.Lease.Microseconds(), now, req.Worker, start}
+	var t *ledger.Task
+	scan := func(r pgx.Row) (err error) { t, err = scanTask(r); return err }
+	// A task's first run: the lean statement (lean.go); when it does not
+	// apply it changes nothing, and the full statement decides.
+	err := s.queryRowKind(ctx, beginRunLeanKind, scan, args...)
+	if err == nil {
+		return t, nil
+	}
+	if !isNoRows(err) {
+		return nil, classify(op, err, true)
+	}
 	for range 3 {
-		var t *ledger.Task
-		err := s.queryRowKind(ctx, beginRunKind, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
-			req.ID, req.Attempt, req.Lease.Microseconds(), now, req.Worker, start)
+		err := s.queryRowKind(ctx, beginRunKind, scan, args...)
 		if err == nil {
 			return t, nil
 		}
@@ -343,10 +353,20 @@ func (s backend) EndRun(ctx context.Context, op string, req ledger.RunEnd, from 
 		result = []byte{}
 	}
 	var t *ledger.Task
-	err := s.queryRowKind(ctx, endRunKind, func(r pgx.Row) (err error) { t, err = scanTask(r); return err },
-		tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
+	scan := func(r pgx.Row) (err error) { t, err = scanTask(r); return err }
+	args := []any{tr.ID, string(tr.To), s.opts.Now(), tr.Attempt,
 		tr.Result != nil, result, tr.LastError, runAt, fromS, tr.Reason, tr.Detail, tr.Actor, tr.IfAttemptBelow,
-		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack)
+		a.TaskID, a.Number, a.Worker, tsOrNil(a.Start), int64(a.Duration), a.Outcome, a.Class, a.Error, a.Stack}
+	// The lean statement (lean.go) when the move only updates the task
+	// row; when it does not apply it changes nothing, and the full
+	// statement decides and records.
+	err := s.queryRowKind(ctx, endRunLeanKind, scan, args...)
+	if err == nil {
+		return t, nil
+	}
+	if isNoRows(err) {
+		err = s.queryRowKind(ctx, endRunKind, scan, args...)
+	}
 	if err == nil {
 		return t, nil
 	}

@@ -1,0 +1,119 @@
+package postgres
+
+// Lean statements for a task's first run (issue 15, twelfth pass). The
+// full BeginRun and EndRun statements (run.go) carry data-modifying CTEs
+// for what a task's first run never needs (the previous attempt's row,
+// the previous start or end event's row, an attempt row that already
+// exists), and PostgreSQL initialises every one of them (a ModifyTable
+// node: the relation and its indexes opened, its projections built, its
+// triggers looked up) on every execution, whether it writes a row or not:
+// BenchmarkStmtCost measured the single statements at 90–112 µs of
+// backend CPU each against 5 for a trivial one, most of it executor
+// start-up (docs/BENCHMARKS.md, twelfth pass).
+//
+// A lean statement updates the task row alone, under guards that hold
+// exactly when the full statement's other CTEs would write nothing; when
+// a guard does not hold it changes nothing and returns no row, and the
+// caller runs the full statement, which decides as before (so a task's
+// retry, a takeover, a refused move each cost one more statement). The
+// lean statements take the full ones' arguments unchanged.
+
+// beginRunLeanKind begins a task's first run: the task is queued and its
+// row holds no run (run_attempt and run_ev_seq NULL), so the full
+// statement's previous-event and previous-attempt rows would be none;
+// and the attempt it begins has no ledger_attempts row (which the full
+// statement would update). Its update is the full statement's for that
+// case: attempt n = max(delivered, attempt, 1), reason attempt_started,
+// no detail, the run's end columns cleared.
+var beginRunLeanKind = &batchKind{
+	name: "begin run (first)",
+	single: `UPDATE ledger_tasks t SET state = 'running', attempt = GREATEST($2::integer, t.attempt, 1),
+			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
+			updated_at = $4, event_seq = t.event_seq + 1,
+			run_attempt = GREATEST($2::integer, t.attempt, 1), run_worker = $5, run_start = $6,
+			run_duration = NULL, run_outcome = NULL, run_class = NULL, run_error = NULL, run_stack = NULL,
+			run_ev_seq = t.event_seq + 1, run_ev_at = $4, run_ev_from = 'queued', run_ev_reason = 'attempt_started',
+			run_ev_detail = '', run_ev_actor = $5
+		WHERE t.id = $1 AND t.state = 'queued' AND t.run_attempt IS NULL AND t.run_ev_seq IS NULL
+			AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = $1 AND a.number = GREATEST($2::integer, t.attempt, 1))
+		RETURNING ` + tTaskCols,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::timestamptz[], $5::text[], $6::timestamptz[])
+				WITH ORDINALITY AS v(id, delivered, lease_us, at, worker, start, ord)),
+		cur AS (
+			SELECT t.id, v.ord, v.lease_us, v.at, v.worker, v.start, GREATEST(v.delivered, t.attempt, 1) AS n
+			FROM v JOIN ledger_tasks t ON t.id = v.id
+			WHERE t.state = 'queued' AND t.run_attempt IS NULL AND t.run_ev_seq IS NULL
+			ORDER BY t.id FOR UPDATE OF t),
+		u AS (
+			UPDATE ledger_tasks t SET state = 'running', attempt = cur.n,
+				lease_until = clock_timestamp() + cur.lease_us * interval '1 microsecond',
+				updated_at = cur.at, event_seq = t.event_seq + 1,
+				run_attempt = cur.n, run_worker = cur.worker, run_start = cur.start,
+				run_duration = NULL, run_outcome = NULL, run_class = NULL, run_error = NULL, run_stack = NULL,
+				run_ev_seq = t.event_seq + 1, run_ev_at = cur.at, run_ev_from = 'queued', run_ev_reason = 'attempt_started',
+				run_ev_detail = '', run_ev_actor = cur.worker
+			FROM cur WHERE t.id = cur.id
+				AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = cur.id AND a.number = cur.n)
+			RETURNING cur.ord, ` + tTaskCols + `)
+		SELECT ord, ` + taskCols + ` FROM u`,
+}
+
+// endRunLeanKind ends a task's run when the full statement would only
+// update the task row: the move is allowed, the row holds the attempt
+// (run_attempt) and that attempt has no ledger_attempts row (runEndHere:
+// its end goes into the row), and the row holds no earlier end event
+// (end_ev_seq NULL: none to write as its row). The attempt's task ($14)
+// is the moved task ($1). Its update and note are the full statement's
+// for that case (end_ev_from is the state before the move, which the
+// note's condition reads).
+var endRunLeanKind = &batchKind{
+	name: "end run (first)",
+	single: `WITH u AS (
+			UPDATE ledger_tasks t SET state = $2, updated_at = $3, event_seq = t.event_seq + 1,
+				attempt = CASE WHEN $4::integer > 0 THEN $4::integer ELSE t.attempt END,
+				result = CASE WHEN $5::boolean THEN $6::bytea ELSE t.result END,
+				last_error = COALESCE($7::text, t.last_error),
+				run_at = COALESCE($8::timestamptz, t.run_at),
+				lease_until = CASE WHEN $2 = 'running' THEN t.lease_until ELSE NULL END,
+				run_worker = CASE WHEN $16::text <> '' THEN $16::text ELSE t.run_worker END,
+				run_start = COALESCE($17::timestamptz, t.run_start),
+				run_duration = $18::bigint, run_outcome = $19::text, run_class = $20::text, run_error = $21::text, run_stack = $22::text,
+				end_ev_seq = t.event_seq + 1, end_ev_at = $3, end_ev_from = t.state, end_ev_to = $2,
+				end_ev_reason = $10, end_ev_detail = $11, end_ev_actor = $12
+			WHERE t.id = $1 AND t.state = ANY($9::text[]) AND ($13::integer <= 0 OR t.attempt < $13::integer)
+				AND t.end_ev_seq IS NULL AND $14::text = $1 AND t.run_attempt = $15::integer
+				AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = $1 AND x.number = $15::integer)
+			RETURNING t.end_ev_from AS old_state, $2::text AS new_state, ` + tTaskCols + `)
+		SELECT ` + taskCols + ` FROM u ` + endNoteJoin,
+	array: `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::boolean[], $6::bytea[], $7::text[],
+				$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[],
+				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
+				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
+					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),
+		cur AS (
+			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,
+				v.reason, v.detail, v.actor, v.a_number, v.a_worker, v.a_start, v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack
+			FROM v JOIN ledger_tasks t ON t.id = v.id
+			WHERE t.state = ANY(string_to_array(v.from_states, ',')) AND (v.below <= 0 OR t.attempt < v.below)
+				AND t.end_ev_seq IS NULL AND v.a_task = v.id AND t.run_attempt = v.a_number
+			ORDER BY t.id FOR UPDATE OF t),
+		u AS (
+			UPDATE ledger_tasks t SET state = cur.to_state, updated_at = cur.at, event_seq = t.event_seq + 1,
+				attempt = CASE WHEN cur.set_attempt > 0 THEN cur.set_attempt ELSE t.attempt END,
+				result = CASE WHEN cur.set_result THEN cur.result ELSE t.result END,
+				last_error = COALESCE(cur.last_error, t.last_error),
+				run_at = COALESCE(cur.run_at, t.run_at),
+				lease_until = CASE WHEN cur.to_state = 'running' THEN t.lease_until ELSE NULL END,
+				run_worker = CASE WHEN cur.a_worker <> '' THEN cur.a_worker ELSE t.run_worker END,
+				run_start = COALESCE(cur.a_start, t.run_start),
+				run_duration = cur.a_duration, run_outcome = cur.a_outcome, run_class = cur.a_class, run_error = cur.a_error, run_stack = cur.a_stack,
+				end_ev_seq = t.event_seq + 1, end_ev_at = cur.at, end_ev_from = cur.old_state, end_ev_to = cur.to_state,
+				end_ev_reason = cur.reason, end_ev_detail = cur.detail, end_ev_actor = cur.actor
+			FROM cur WHERE t.id = cur.id
+				AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = cur.id AND x.number = cur.a_number)
+			RETURNING cur.ord, cur.old_state, cur.to_state AS new_state, ` + tTaskCols + `)
+		SELECT ord, ` + taskCols + ` FROM u ` + endNoteJoin,
+	conv: endRunKind.conv,
+}
