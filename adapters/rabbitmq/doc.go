@@ -213,7 +213,13 @@
 // instead of 0.27 s after their run time: expired messages now leave a
 // delay queue through its dead-letter worker, which waits for the work
 // queue's confirms with at most dead_letter_worker_consumer_prefetch (32
-// by default) in flight. That this setting is the limit is not measured.
+// by default) in flight. That setting is the limit: raised to 256 on the
+// broker (rabbitmq.conf: dead_letter_worker_consumer_prefetch = 256; it
+// applies to delay queues whose leader starts afterwards), the same burst
+// ran 3,618 and 4,673 tasks/s with a p50 of 0.19 and 0.14 s after the run
+// time, against 2,986 and 2,580 tasks/s and 1.4 and 1.7 s at 32 (two
+// alternated pairs). A deployment that enqueues delayed work in bursts
+// should raise it; the adapter cannot.
 //
 // # Testing
 //
