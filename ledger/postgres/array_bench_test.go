@@ -38,39 +38,7 @@ func BenchmarkGroupShape(b *testing.B) {
 
 func benchGroupShape(b *testing.B, g int, array bool) {
 	ctx := context.Background()
-	dsn := testenv.Postgres.Endpoint(b)
-	schema := fmt.Sprintf("ledgerbench_%d", time.Now().UnixNano())
-	s, err := Open(ctx, dsn, &Options{Schema: schema, NoGroupCommit: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	defer s.pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var pid int32
-	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	cpu := func() float64 {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Skipf("the server's backend is not on this machine: %v", err)
-		}
-		st := string(raw)
-		f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
-		u, _ := strconv.ParseFloat(f[11], 64)
-		k, _ := strconv.ParseFloat(f[12], 64)
-		return (u + k) / 100
-	}
+	_, c, cpu := benchBackend(b)
 	send := func(k *batchKind, args [][]any) {
 		bt := &pgx.Batch{}
 		if array {
@@ -108,4 +76,48 @@ func benchGroupShape(b *testing.B, g int, array bool) {
 	}
 	b.StopTimer()
 	b.ReportMetric((cpu()-cpu0)*1e6/float64(b.N), "pg-cpu-µs/task")
+}
+
+// benchBackend opens a store on a fresh schema (dropped when b ends) and
+// one more connection to it, and returns a reader of that connection's
+// backend CPU in seconds (utime+stime from /proc; b is skipped when the
+// server is not on this machine).
+func benchBackend(b *testing.B) (*Store, *pgx.Conn, func() float64) {
+	ctx := context.Background()
+	dsn := testenv.Postgres.Endpoint(b)
+	schema := fmt.Sprintf("ledgerbench_%d", time.Now().UnixNano())
+	s, err := Open(ctx, dsn, &Options{Schema: schema, NoGroupCommit: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		s.pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
+		s.Close()
+	})
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.RuntimeParams["search_path"] = schema
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(ctx) })
+	var pid int32
+	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	cpu := func() float64 {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			b.Skipf("the server's backend is not on this machine: %v", err)
+		}
+		st := string(raw)
+		f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
+		u, _ := strconv.ParseFloat(f[11], 64)
+		k, _ := strconv.ParseFloat(f[12], 64)
+		return (u + k) / 100
+	}
+	return s, c, cpu
 }

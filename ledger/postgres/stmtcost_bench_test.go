@@ -2,17 +2,12 @@ package postgres
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/conformance/testenv"
 )
 
 // BenchmarkStmtCost separates what each hot-path statement costs the
@@ -31,39 +26,7 @@ import (
 //	go test ./ledger/postgres/ -run '^$' -bench StmtCost -benchtime 4000x
 func BenchmarkStmtCost(b *testing.B) {
 	ctx := context.Background()
-	dsn := testenv.Postgres.Endpoint(b)
-	schema := fmt.Sprintf("ledgerbench_%d", time.Now().UnixNano())
-	s, err := Open(ctx, dsn, &Options{Schema: schema, NoGroupCommit: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	defer s.pool.Exec(ctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.RuntimeParams["search_path"] = schema
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close(ctx)
-	var pid int32
-	if err := c.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-		b.Fatal(err)
-	}
-	cpu := func() float64 {
-		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			b.Skipf("the server's backend is not on this machine: %v", err)
-		}
-		st := string(raw)
-		f := strings.Fields(st[strings.LastIndexByte(st, ')')+2:])
-		u, _ := strconv.ParseFloat(f[11], 64)
-		k, _ := strconv.ParseFloat(f[12], 64)
-		return (u + k) / 100
-	}
+	_, c, cpu := benchBackend(b)
 	const per = 64
 	// run sends the statements in batches of per, each batch one
 	// transaction, and returns the backend's CPU in seconds.
