@@ -403,13 +403,7 @@ func TestMultiProcess_DelayedAtLeastOnce(t *testing.T) {
 	r.start("w3", "worker").await(t)
 	time.Sleep(700 * time.Millisecond)
 	p2.kill() // mid-publish, not replaced
-	for _, p := range []*mpProc{p3, p4} {
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s did not finish in 30 s", p.name)
-		}
-	}
+	finished(t, 30*time.Second, p3, p4)
 	tl := r.awaitAllDone(20 * time.Second)
 	if m := tl.missing(); len(m) > 0 {
 		t.Fatalf("phase A: %d of %d enqueued tasks never completed (first: %v)", len(m), len(tl.ok), m[:min(len(m), 10)])
@@ -419,13 +413,7 @@ func TestMultiProcess_DelayedAtLeastOnce(t *testing.T) {
 
 	// Phase B.
 	p5, p6 := producer("p5", "producer-long", 120), producer("p6", "producer-long", 120)
-	for _, p := range []*mpProc{p5, p6} {
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s did not finish in 20 s", p.name)
-		}
-	}
+	finished(t, 20*time.Second, p5, p6)
 	tl = r.tally()
 	firstDue := time.Time{}
 	for k, at := range tl.ok {
@@ -477,13 +465,7 @@ func TestMultiProcess_DelayedAtLeastOnce(t *testing.T) {
 	// Phase C: no consumer at all while the messages expire into the
 	// deleted work queue; the workers start after the last one is due.
 	p7, p8 := producer("p7", "producer-long", 100), producer("p8", "producer-long", 100)
-	for _, p := range []*mpProc{p7, p8} {
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s did not finish in 20 s", p.name)
-		}
-	}
+	finished(t, 20*time.Second, p7, p8)
 	tl = r.tally()
 	var firstDueC, lastDueC time.Time
 	for k, at := range tl.ok {
@@ -639,6 +621,19 @@ func (r *mpRun) dumpLogs() {
 		f.Close()
 		if len(b) > 0 {
 			r.t.Logf("%s (%s) log:\n%s", p.name, p.role, b)
+		}
+	}
+}
+
+// finished waits for the processes to exit by themselves, failing t if
+// one has not within d.
+func finished(t *testing.T, d time.Duration, ps ...*mpProc) {
+	t.Helper()
+	for _, p := range ps {
+		select {
+		case <-p.done:
+		case <-time.After(d):
+			t.Fatalf("%s did not finish in %s", p.name, d)
 		}
 	}
 }
