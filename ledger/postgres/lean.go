@@ -37,9 +37,7 @@ var beginRunLeanKind = &batchKind{
 		WHERE t.id = $1 AND t.state = 'queued' AND t.run_attempt IS NULL AND t.run_ev_seq IS NULL
 			AND NOT EXISTS (SELECT 1 FROM ledger_attempts a WHERE a.task_id = $1 AND a.number = GREATEST($2::integer, t.attempt, 1))
 		RETURNING ` + tTaskCols,
-	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::timestamptz[], $5::text[], $6::timestamptz[])
-				WITH ORDINALITY AS v(id, delivered, lease_us, at, worker, start, ord)),
+	array: beginRunArgs + `
 		cur AS (
 			SELECT t.id, v.ord, v.lease_us, v.at, v.worker, v.start, GREATEST(v.delivered, t.attempt, 1) AS n
 			FROM v JOIN ledger_tasks t ON t.id = v.id
@@ -86,12 +84,7 @@ var endRunLeanKind = &batchKind{
 				AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = $1 AND x.number = $15::integer)
 			RETURNING t.end_ev_from AS old_state, $2::text AS new_state, ` + tTaskCols + `)
 		SELECT ` + taskCols + ` FROM u ` + endNoteJoin,
-	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::boolean[], $6::bytea[], $7::text[],
-				$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[],
-				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
-				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
-					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),
+	array: endRunArgs + `
 		cur AS (
 			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,
 				v.reason, v.detail, v.actor, v.a_number, v.a_worker, v.a_start, v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack

@@ -128,15 +128,28 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
 	SELECT ` + taskCols + ` FROM u`
 
+// beginRunArgs and endRunArgs open the array forms of BeginRun and EndRun
+// (the full statements here, the lean ones in lean.go): the arguments of
+// every write in the group, one row each, in the order sent.
+const (
+	beginRunArgs = `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::timestamptz[], $5::text[], $6::timestamptz[])
+				WITH ORDINALITY AS v(id, delivered, lease_us, at, worker, start, ord)),`
+	endRunArgs = `WITH v AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::boolean[], $6::bytea[], $7::text[],
+				$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[],
+				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
+				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
+					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),`
+)
+
 // beginRunKind is BeginRun's write; in a group, all BeginRuns are one
 // statement (batch.go): beginRunSQL over the unnested arguments, the
 // rows locked in ID order.
 var beginRunKind = &batchKind{
 	name:   "begin run",
 	single: beginRunSQL,
-	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::timestamptz[], $5::text[], $6::timestamptz[])
-				WITH ORDINALITY AS v(id, delivered, lease_us, at, worker, start, ord)),
+	array: beginRunArgs + `
 		cur AS (
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
 				t.state AS old_state, t.attempt AS old_attempt, t.lease_until AS old_lease,
@@ -286,12 +299,7 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 var endRunKind = &batchKind{
 	name:   "end run",
 	single: endRunSQL,
-	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::boolean[], $6::bytea[], $7::text[],
-				$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[],
-				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
-				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
-					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),
+	array: endRunArgs + `
 		cur AS (
 			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,
 				v.reason, v.detail, v.actor, v.a_worker, v.a_start, v.a_duration, v.a_outcome, v.a_class, v.a_error, v.a_stack,
