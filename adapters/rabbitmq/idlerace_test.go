@@ -1,0 +1,70 @@
+package rabbitmq
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/switchyard-dev/switchyard/broker"
+)
+
+// TestIdleRelease_PublishRace: a message published to a lane at the
+// instant the idle release gives up a consumer tag that still has credit
+// is delivered with attempt 1. A quorum queue returns a message it was
+// pushing to a tag when the tag is cancelled, with x-delivery-count
+// raised, without the client ever seeing it (RabbitMQ 3.10's
+// rabbit_fifo_client returns deliveries for a consumer tag it no longer
+// knows); the idle release must not cancel a tag while a delivery may be
+// in flight to it.
+//
+// Each round leaves a tag with open credit (a Receive that timed out),
+// starts a publish and runs the idle release a little later (the delay
+// swept over a few milliseconds), so that the enqueue and the release
+// meet. Before the fix about half of the rounds spent an attempt.
+func TestIdleRelease_PublishRace(t *testing.T) {
+	// The test runs the release itself.
+	u := testURL(t, newNS(t), "", "", url.Values{"idle_release": {"10m"}})
+	t.Cleanup(func() { cleanupNamespace(u, "work") })
+	d := openDriver(t, u)
+	ctx := ctxT(t, 2*time.Minute)
+	c, err := d.consumer("work", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 100
+	bad := 0
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; i < rounds && time.Now().Before(deadline); i++ {
+		// A Receive that times out leaves a tag with open credit.
+		if ds, err := d.Receive(ctx, broker.ReceiveRequest{Lane: "work", Max: 1, Wait: 5 * time.Millisecond, Lease: time.Minute}); err != nil || len(ds) != 0 {
+			t.Fatalf("round %d: empty receive = %d, %v", i, len(ds), err)
+		}
+		m := &broker.Message{ID: broker.NewID(), Lane: "work", Kind: "k", Body: []byte("x"), EnqueuedAt: time.Now()}
+		published := make(chan error, 1)
+		go func() {
+			_, err := d.Publish(context.Background(), []*broker.Message{m})
+			published <- err
+		}()
+		delay := time.Duration(i%16) * 250 * time.Microsecond
+		time.Sleep(delay)
+		c.idleRelease()
+		if err := <-published; err != nil {
+			t.Fatalf("round %d: publish: %v", i, err)
+		}
+		dv := receiveOne(t, d, broker.ReceiveRequest{Lane: "work", Lease: time.Minute}, 10*time.Second)
+		if dv == nil || dv.ID != m.ID {
+			t.Fatalf("round %d: got %v, want %s", i, dv, m.ID)
+		}
+		if dv.Attempt != 1 {
+			bad++
+			t.Errorf("round %d (release %v after the publish started): attempt %d, want 1", i, delay, dv.Attempt)
+		}
+		if err := d.Ack(ctx, []*broker.Delivery{dv}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bad > 0 {
+		t.Logf("%d rounds of %d spent an attempt", bad, rounds)
+	}
+}
