@@ -61,6 +61,8 @@ type consumer struct {
 	buf       []amqp.Delivery          // pushed by RabbitMQ, not handed out
 	bufBy     map[string]int           // len(buf) per consumer tag
 	out       map[string]int           // handed-out, unsettled deliveries per tag
+	draining  map[string]bool          // tags the idle release gave up, still with credit
+	held      map[string][]uint64      // per draining tag: delivery tags of superseded originals kept unacked
 	signal    chan struct{}            // cap 1: new deliveries or a state change
 	receivers int
 	idle      *time.Timer
@@ -70,7 +72,8 @@ type consumer struct {
 
 func newConsumer(d *Driver, lane, queue string, dead bool) *consumer {
 	return &consumer{d: d, lane: lane, queue: queue, dead: dead, signal: make(chan struct{}, 1),
-		tags: map[string]int{}, pumps: map[string]chan struct{}{}, bufBy: map[string]int{}, out: map[string]int{}, leases: map[*lease]struct{}{}}
+		tags: map[string]int{}, pumps: map[string]chan struct{}{}, bufBy: map[string]int{}, out: map[string]int{},
+		draining: map[string]bool{}, held: map[string][]uint64{}, leases: map[*lease]struct{}{}}
 }
 
 func (c *consumer) ping() {
@@ -89,16 +92,25 @@ func (c *consumer) counts() (buffered, leased int64) {
 }
 
 // credit is (c.mu held) how many more messages RabbitMQ may push to the
-// running tags, and how many of them have none left.
+// running tags for a Receive, and which tags have none left. A draining
+// tag's credit is not counted (what it gets is returned to the queue).
 func (c *consumer) credit() (open int, used []string) {
-	for tag, qos := range c.tags {
-		if n := qos - c.out[tag] - c.bufBy[tag]; n > 0 {
-			open += n
+	for tag := range c.tags {
+		if n := c.tagCredit(tag); n > 0 {
+			if !c.draining[tag] {
+				open += n
+			}
 		} else {
 			used = append(used, tag)
 		}
 	}
 	return open, used
+}
+
+// tagCredit is (c.mu held) how many more messages RabbitMQ may push to
+// tag: its prefetch less the deliveries it holds unacked.
+func (c *consumer) tagCredit(tag string) int {
+	return c.tags[tag] - c.out[tag] - c.bufBy[tag] - len(c.held[tag])
 }
 
 // running reports (c.mu held) whether tags are consuming on a live channel.
@@ -124,6 +136,8 @@ func (c *consumer) channel(op string, s *session) (*amqp.Channel, error) {
 	c.ch, c.gen, c.chQos, c.buf = nch, s.gen, 0, nil
 	clear(c.tags)
 	clear(c.bufBy)
+	clear(c.draining)
+	clear(c.held)
 	c.mu.Unlock()
 	return nch, nil
 }
@@ -176,6 +190,7 @@ func (c *consumer) start(ctx context.Context, op string, s *session, max int) er
 	if err != nil {
 		return err
 	}
+	c.undrain(ch)
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -236,20 +251,34 @@ func (c *consumer) declare(ctx context.Context, op string) error {
 	return c.d.declareLane(ctx, op, c.lane)
 }
 
-// pump moves one tag's deliveries from amqp091-go into buf.
+// pump moves one tag's deliveries from amqp091-go into buf. A draining
+// tag's deliveries are returned to the queue at once (see drainOne).
 func (c *consumer) pump(ch *amqp.Channel, tag string, deliveries <-chan amqp.Delivery, done chan struct{}) {
 	for dv := range deliveries {
+		c.mu.Lock()
+		draining := c.ch == ch && c.draining[tag]
+		c.mu.Unlock()
+		if draining && c.drainOne(ch, tag, dv) {
+			continue
+		}
 		c.mu.Lock()
 		if c.ch == ch {
 			c.buf = append(c.buf, dv)
 			c.bufBy[tag]++
+			if draining {
+				c.armIdle() // its copy failed: the idle release tries again
+			}
 		}
 		c.mu.Unlock()
 		c.ping()
 	}
 	c.mu.Lock()
+	var held []uint64
 	if c.ch == ch {
 		delete(c.tags, tag)
+		held = c.held[tag]
+		delete(c.held, tag)
+		delete(c.draining, tag)
 		if ch.IsClosed() {
 			c.buf = nil
 			clear(c.bufBy)
@@ -257,8 +286,93 @@ func (c *consumer) pump(ch *amqp.Channel, tag string, deliveries <-chan amqp.Del
 	}
 	delete(c.pumps, tag)
 	c.mu.Unlock()
+	for _, dt := range held {
+		_ = ch.Ack(dt, false) // superseded by their copies; the tag is gone
+	}
 	close(done)
 	c.ping()
+}
+
+// drainOne returns a delivery pushed to a draining tag to the queue: its
+// copy is published with its attempt count and the original is held
+// unacked, so that the tag's credit shrinks; when none is left the tag is
+// cancelled (retire) and the originals acked. It reports false when the
+// copy could not be published (the delivery is then buffered as usual).
+func (c *consumer) drainOne(ch *amqp.Channel, tag string, dv amqp.Delivery) bool {
+	h := copyHeaders(dv.Headers)
+	h[hdrPrior] = int64(attemptOf(dv.Headers) - 1)
+	pub := republishing(dv, h)
+	if err := c.d.pub.sendOne(context.Background(), "rabbitmq: release", outMsg{queue: c.queue, pub: pub}); err != nil {
+		return false
+	}
+	c.supersede(dv.Headers)
+	c.mu.Lock()
+	if c.ch != ch {
+		c.mu.Unlock()
+		return true // gone with its channel (and superseded)
+	}
+	if !c.draining[tag] {
+		// A Receive took the tag back meanwhile: the original is replaced.
+		c.mu.Unlock()
+		_ = ch.Ack(dv.DeliveryTag, false)
+		return true
+	}
+	c.held[tag] = append(c.held[tag], dv.DeliveryTag)
+	full := c.tagCredit(tag) <= 0
+	c.mu.Unlock()
+	if full {
+		go c.retire(ch)
+	}
+	return true
+}
+
+// retire cancels the draining tags that have no credit left: nothing can
+// be in flight to them. Their pumps ack what they held.
+func (c *consumer) retire(ch *amqp.Channel) {
+	c.opMu.Lock()
+	defer c.opMu.Unlock()
+	c.retireFull(ch)
+}
+
+// retireFull is retire with opMu held. No lease is acked meanwhile
+// (settleMu, as in start).
+func (c *consumer) retireFull(ch *amqp.Channel) {
+	c.settleMu.Lock()
+	defer c.settleMu.Unlock()
+	c.mu.Lock()
+	var full []string
+	if c.ch == ch {
+		for tag := range c.draining {
+			if _, ok := c.tags[tag]; ok && c.tagCredit(tag) <= 0 {
+				full = append(full, tag)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(full) > 0 {
+		c.stop(context.Background(), full)
+	}
+}
+
+// undrain (opMu held) takes the draining tags back for a Receive: their
+// held originals, superseded by their copies, are acked, which gives the
+// tags their credit again.
+func (c *consumer) undrain(ch *amqp.Channel) {
+	c.mu.Lock()
+	if c.ch != ch || len(c.draining) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	var held []uint64
+	for tag := range c.draining {
+		held = append(held, c.held[tag]...)
+		delete(c.held, tag)
+	}
+	clear(c.draining)
+	c.mu.Unlock()
+	for _, dt := range held {
+		_ = ch.Ack(dt, false)
+	}
 }
 
 // receive hands out up to req.Max deliveries, waiting up to req.Wait.
@@ -453,21 +567,49 @@ func (c *consumer) armIdle() {
 	}
 }
 
-// idleRelease cancels the tags of a consumer no one has received from for
-// idleRelease and returns what they buffered.
+// idleRelease gives up the tags of a consumer no one has received from
+// for idleRelease and returns what they buffered.
+//
+// A tag with no credit left is cancelled at once. A tag with credit is
+// not: a quorum queue returns a message it is pushing to a tag when the
+// tag is cancelled, with x-delivery-count raised, and the client never
+// sees it (RabbitMQ 3.10's rabbit_fifo_client returns a delivery for a
+// consumer tag it has dropped), so a message published at that instant
+// would come back with an attempt spent though nobody received it. Such
+// a tag drains instead: what RabbitMQ pushes to it is returned at once
+// (its copy published with its attempt count, see drainOne) and the
+// original held unacked, which uses up the tag's credit; when none is
+// left, nothing can be in flight to it and it is cancelled (retire). A
+// Receive that needs credit meanwhile takes the draining tags back
+// (undrain). Dead-letter queues do not count attempts by
+// x-delivery-count: their tags are cancelled at once.
 func (c *consumer) idleRelease() {
 	// Not cancelled midway: its RPCs end when the broker answers, or the
 	// connection dies (see ensure).
 	ctx := context.Background()
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
+	c.settleMu.Lock() // no credit freed while the tags are sorted (see start)
 	c.mu.Lock()
 	if c.receivers > 0 || c.closed {
 		c.mu.Unlock()
+		c.settleMu.Unlock()
 		return
 	}
+	ch := c.ch
+	var full []string
+	for tag := range c.tags {
+		if c.dead || c.tagCredit(tag) <= 0 {
+			full = append(full, tag)
+		} else {
+			c.draining[tag] = true
+		}
+	}
 	c.mu.Unlock()
-	ch := c.stop(ctx, nil)
+	if len(full) > 0 {
+		c.stop(ctx, full)
+	}
+	c.settleMu.Unlock()
 	c.mu.Lock()
 	if c.receivers > 0 {
 		// A Receive arrived meanwhile and takes the buffer.
@@ -479,6 +621,7 @@ func (c *consumer) idleRelease() {
 	clear(c.bufBy)
 	c.mu.Unlock()
 	c.release(ctx, ch, rel)
+	c.retireFull(ch)
 }
 
 // stop cancels the given tags, or all of them when tags is nil (opMu held),
@@ -536,7 +679,17 @@ func (c *consumer) release(ctx context.Context, ch *amqp.Channel, ds []amqp.Deli
 	for i, err := range c.d.pub.send(ctx, "rabbitmq: release", out) {
 		if err == nil {
 			c.supersede(ds[i].Headers)
-			_ = ch.Ack(ds[i].DeliveryTag, false)
+			// A draining tag's original is held (see idleRelease).
+			tag := ds[i].ConsumerTag
+			c.mu.Lock()
+			hold := c.ch == ch && c.draining[tag]
+			if hold {
+				c.held[tag] = append(c.held[tag], ds[i].DeliveryTag)
+			}
+			c.mu.Unlock()
+			if !hold {
+				_ = ch.Ack(ds[i].DeliveryTag, false)
+			}
 		} else {
 			_ = ch.Nack(ds[i].DeliveryTag, false, true)
 		}
