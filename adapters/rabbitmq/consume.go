@@ -23,7 +23,11 @@ var consumerSeq atomic.Uint64
 // message it holds when its process dies comes back with x-delivery-count
 // raised, as if an attempt had been spent. Cancelling a quorum-queue
 // consumer while RabbitMQ is delivering to it does the same to that
-// message. So:
+// message, which the client never sees: RabbitMQ 3.10's channel returns a
+// delivery for a consumer tag it has already dropped (rabbit_fifo_client,
+// handle_delivery), and a return raises x-delivery-count. So a tag is
+// cancelled only when it has no credit left (nothing can be in flight to
+// it then), except by Close:
 //
 //   - a consumer tag is started with the prefetch the waiting Receive
 //     needs (its Max, at most the URL's prefetch), so a caller that holds
@@ -33,9 +37,13 @@ var consumerSeq atomic.Uint64
 //     to them) are cancelled, and a tag with the missing credit is added;
 //     the open credit of all tags never exceeds the URL's prefetch, while
 //     the leases a caller holds are not limited;
-//   - tags no Receive has used for idleRelease are cancelled, and what they
+//   - tags no Receive has used for idleRelease are given up, and what they
 //     buffered is returned to the queue, republished with its attempt
-//     count and then acked, so that the return spends no attempt.
+//     count and then acked, so that the return spends no attempt; a tag
+//     with credit left drains first: what RabbitMQ pushes to it is
+//     republished at once and the original held until the tag's credit
+//     is used up, and then the tag is cancelled (see idleRelease);
+//   - a Receive with Wait 0 (basic.get) cancels only tags without credit.
 type consumer struct {
 	d     *Driver
 	lane  string
@@ -479,8 +487,11 @@ func (c *consumer) unTake(ch *amqp.Channel, got []amqp.Delivery) {
 }
 
 // poll takes what is ready now without waiting, so that a Wait of 0 needs
-// no consumer: basic.get, after the buffer. Running tags are stopped first,
-// so that nothing is in flight to them while basic.get looks at the queue.
+// no consumer: basic.get, after the buffer. Running tags without credit
+// are stopped first; tags with credit are left running (cancelling one
+// could spend an attempt of a message in flight to it, see consumer), and
+// what they get meanwhile is buffered for the next Receive or the idle
+// release.
 // It runs detached, under opMu (see ensure); what it got after its caller
 // left goes back to the buffer.
 func (c *consumer) poll(ctx context.Context, op string, max int) ([]amqp.Delivery, *amqp.Channel, error) {
@@ -514,7 +525,19 @@ func (c *consumer) pollOnce(ctx context.Context, op string, s *session, max int)
 	}
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
-	c.stop(ctx, nil)
+	c.settleMu.Lock() // no credit freed while the tags are sorted (see start)
+	c.mu.Lock()
+	var full []string
+	for tag := range c.tags {
+		if c.tagCredit(tag) <= 0 {
+			full = append(full, tag)
+		}
+	}
+	c.mu.Unlock()
+	if len(full) > 0 {
+		c.stop(ctx, full)
+	}
+	c.settleMu.Unlock()
 	ch, err := c.channel(op, s)
 	if err != nil {
 		return polled{}, err
@@ -697,7 +720,10 @@ func (c *consumer) release(ctx context.Context, ch *amqp.Channel, ds []amqp.Deli
 }
 
 // shutdown stops the consumer and returns its messages: buffered ones at
-// once, leased ones when their lease would have ended.
+// once, leased ones when their lease would have ended. It cancels tags
+// with credit too (it does not wait for them to drain): a message
+// RabbitMQ pushes to one at that instant comes back with an attempt
+// spent, as when the process dies.
 func (c *consumer) shutdown(ctx context.Context) {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()

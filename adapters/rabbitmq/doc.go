@@ -129,9 +129,15 @@
 // every message of a tag and asks for more, the tag is cancelled (nothing is
 // in flight to it then) and one with fresh credit is added: prefetch bounds
 // what RabbitMQ pushes ahead, not how many leases a caller may hold. Tags
-// nobody has received from for idle_release are cancelled and the messages
+// nobody has received from for idle_release are given up and the messages
 // they buffered are returned (republished with their attempt count, then
-// acked). Wait 0 uses basic.get.
+// acked). A tag is cancelled only when it has no credit left: cancelling a
+// quorum-queue consumer while RabbitMQ is delivering to it returns that
+// message with x-delivery-count raised, unseen by the client. So an idle
+// tag with credit drains: what RabbitMQ pushes to it is republished at
+// once and the original held unacked until the tag's credit is used up,
+// then the tag is cancelled and the originals acked. Wait 0 uses
+// basic.get.
 //
 // The default prefetch is 256 (100 before issue 15's eleventh pass): the
 // open credit of a driver's tags never exceeds it, and at 100 it sat below
@@ -148,9 +154,8 @@
 // Attempts come from the quorum queue's x-delivery-count plus a header the
 // adapter sets when it republishes (delayed nack, release, close): attempt
 // = prior + x-delivery-count + 1. RabbitMQ raises x-delivery-count on every
-// return, so a message pushed to a consumer that dies before handing it out
-// (or cancelled at the instant RabbitMQ delivers to it) comes back with one
-// attempt more than it was handed out.
+// return, so a message pushed to a consumer that dies (or closes) before
+// handing it out comes back with one attempt more than it was handed out.
 //
 // # Leases
 //
