@@ -176,9 +176,10 @@ func TestPoison_DeliveryLimit(t *testing.T) {
 // The idle release is set far beyond the test: with the default (100 ms),
 // a slow Stats call under load let the release cancel the consumer tag
 // while RabbitMQ was pushing the 150 ms message back to it, and a quorum
-// queue counts that as a delivery (x-delivery-count raised, attempt 3;
-// consume.go's comment names the race). That is the driver's documented
-// behaviour, not what this test is about.
+// queue counts that as a delivery (x-delivery-count raised, attempt 3).
+// The idle release no longer cancels a tag with credit (consume.go;
+// TestIdleRelease_PublishRace), but the release is not what this test is
+// about.
 func TestNackDelay_Buckets(t *testing.T) {
 	t.Parallel()
 	u := testURL(t, newNS(t), "", "", url.Values{"idle_release": {"10m"}})
