@@ -95,3 +95,53 @@ func publishRace(t *testing.T, release func(context.Context, *Driver, *consumer)
 		t.Logf("%d rounds of %d spent an attempt", bad, rounds)
 	}
 }
+
+// TestIdleRelease_DrainEnds: a draining tag that is the queue's only
+// consumer gets the copies it republishes back until its credit is used
+// up; then it is cancelled, and the message is delivered with attempt 1.
+func TestIdleRelease_DrainEnds(t *testing.T) {
+	u := testURL(t, newNS(t), "", "", url.Values{"idle_release": {"10m"}})
+	t.Cleanup(func() { cleanupNamespace(u, "work") })
+	d := openDriver(t, u)
+	ctx := ctxT(t, time.Minute)
+	c, err := d.consumer("work", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tag with credit 4, idle.
+	if ds, err := d.Receive(ctx, broker.ReceiveRequest{Lane: "work", Max: 4, Wait: 5 * time.Millisecond, Lease: time.Minute}); err != nil || len(ds) != 0 {
+		t.Fatalf("empty receive = %d, %v", len(ds), err)
+	}
+	c.idleRelease()
+	c.mu.Lock()
+	draining := len(c.draining)
+	c.mu.Unlock()
+	if draining != 1 {
+		t.Fatalf("%d draining tags after the idle release, want 1", draining)
+	}
+	m := &broker.Message{ID: broker.NewID(), Lane: "work", Kind: "k", Body: []byte("x"), EnqueuedAt: time.Now()}
+	mustPublish(t, d, m)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		tags, held := len(c.tags), len(c.held)
+		c.mu.Unlock()
+		if tags == 0 && held == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the draining tag is still running (%d tags, %d holding) after 10 s", tags, held)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dv := receiveOne(t, d, broker.ReceiveRequest{Lane: "work", Lease: time.Minute}, 10*time.Second)
+	if dv == nil || dv.ID != m.ID || dv.Attempt != 1 {
+		t.Fatalf("got %+v, want %s at attempt 1", dv, m.ID)
+	}
+	if err := d.Ack(ctx, []*broker.Delivery{dv}); err != nil {
+		t.Fatal(err)
+	}
+	if ds, err := d.Receive(ctx, broker.ReceiveRequest{Lane: "work", Max: 4, Wait: 300 * time.Millisecond, Lease: time.Minute}); err != nil || len(ds) != 0 {
+		t.Fatalf("after the ack: %d deliveries, %v; want none (one copy only)", len(ds), err)
+	}
+}
