@@ -19,9 +19,9 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
 		s.Close()
-		t.Fatalf("schema version %d %v, want 15", v, err)
+		t.Fatalf("schema version %d %v, want 16", v, err)
 	}
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -70,8 +70,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after reopening %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after reopening %d %v, want 16", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

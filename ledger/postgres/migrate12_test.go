@@ -140,8 +140,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after the migration %d %v, want 16", v, err)
 	}
 	var idx []string
 	rows, err := s.Pool().Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ledger_tasks' ORDER BY 1`, schema)

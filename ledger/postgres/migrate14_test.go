@@ -97,8 +97,8 @@ func TestOpen_Migrate14(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after the migration %d %v, want 16", v, err)
 	}
 	if got := read(s); !reflect.DeepEqual(got, before) {
 		t.Fatalf("after the migration:\n%+v\nwant\n%+v", got, before)
