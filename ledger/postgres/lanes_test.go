@@ -51,6 +51,7 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		`DROP TRIGGER ledger_events_note ON ledger_events`,
 		`DROP FUNCTION ledger_events_note()`,
 		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`, // 0016
 		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', $1), ('interactive', '', $2)`,
 	} {

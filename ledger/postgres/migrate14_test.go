@@ -78,6 +78,7 @@ func TestOpen_Migrate14(t *testing.T) {
 		`DROP TRIGGER ledger_events_note ON ledger_events`,
 		rowNoteFunc,
 		rowNoteTrigger,
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`, // 0016
 		`DELETE FROM ledger_schema_version WHERE version >= 14`,
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
@@ -110,6 +111,11 @@ func TestOpen_Migrate14(t *testing.T) {
 	notes, err := s.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, id := range []string{running, retry} { // watched, so that EndRun notes (0016)
+		if _, err := s.WatchTask(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The running task ends; the retried one runs attempt 2 and ends.
 	end(s, running, 1, ledger.Completed, "ok")
