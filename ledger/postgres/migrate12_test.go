@@ -126,8 +126,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		`DROP TABLE switchyard_pbatch_leases`,
 		`DROP TABLE switchyard_pbatches`,
 		`DROP TABLE switchyard_pbatch_items`,
-		`ALTER TABLE ledger_tasks DROP COLUMN watched`, // 0016
-		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012 to 0015 are applied again
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`,          // 0016
+		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012 to 0016 are applied again
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
 			s.Close()
