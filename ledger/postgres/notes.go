@@ -17,6 +17,15 @@ import (
 // connection per Store, outside the pool and open while anyone listens,
 // receives them for every listener of the process. A dropped connection
 // is re-opened and its listeners are sent a ledger.TopicGap.
+//
+// PostgreSQL signals every backend that LISTENs in the database at each
+// commit that notifies, whatever the channel (each reads the queue, in a
+// transaction of its own), so a note costs every listening process,
+// wanted or not: EndRun notes a task's end only when someone watches it
+// (WatchTask below).
+//
+// A listener that wants every task's moves (a live view of all tasks)
+// does not get them from the notes: it reads the ledger (List).
 
 var _ ledger.Notes = (*Store)(nil)
 
