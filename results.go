@@ -142,9 +142,11 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 			return nil, err
 		}
 	}
-	// With notes, the first read marks the task watched (ledger.Watcher),
-	// so that the store sends its state note: one that may leave out the
-	// notes of tasks nobody watches (ledger/postgres) sends it then.
+	// With notes, each read marks the task watched (ledger.Watcher), so
+	// that the store sends its state note: one that may leave out the
+	// notes of tasks nobody watches (ledger/postgres) sends it then. Once
+	// marked, a read costs what Get does; marking again after a gap
+	// covers a store that lost the mark (restored from before it).
 	get := c.l.Get
 	if w, ok := ledger.WatcherOf(c.l); ok && ch != nil {
 		get = w.WatchTask
@@ -157,7 +159,6 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 		if t.State.Terminal() {
 			return resultOf(t), nil
 		}
-		get = c.l.Get // the mark stays
 		if err := waitNote(ctx, ch, id); err != nil {
 			return nil, err
 		}
