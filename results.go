@@ -117,8 +117,10 @@ func (c *Client) Result(ctx context.Context, id string) (*Result, error) {
 
 // Wait blocks until task id is done — completed, failed, dead, rejected
 // or cancelled — or ctx ends, and returns its Result. It does not poll:
-// it listens to the ledger's notes (ledger.Notes) and reads the task
-// again only when a note concerns it (or notes may have been missed). On
+// it listens to the ledger's notes (ledger.Notes), marks the task watched
+// (ledger.Watcher: its store then sends its state notes) as it first
+// reads it, and reads the task again only when a note concerns it (or
+// notes may have been missed). On
 // a ledger without notes it reads the task every second. An unknown task
 // is ledger.ErrNotFound; ctx's end is its error.
 func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
@@ -140,8 +142,17 @@ func (c *Client) Wait(ctx context.Context, id string) (*Result, error) {
 			return nil, err
 		}
 	}
+	// With notes, each read marks the task watched (ledger.Watcher), so
+	// that the store sends its state note: one that may leave out the
+	// notes of tasks nobody watches (ledger/postgres) sends it then. Once
+	// marked, a read costs what Get does; marking again after a gap
+	// covers a store that lost the mark (restored from before it).
+	get := c.l.Get
+	if w, ok := ledger.WatcherOf(c.l); ok && ch != nil {
+		get = w.WatchTask
+	}
 	for {
-		t, err := c.l.Get(ctx, id)
+		t, err := get(ctx, id)
 		if err != nil {
 			return nil, err
 		}

@@ -126,7 +126,13 @@ func (c *Client) Watch(ctx context.Context, id string, from int64, opts *WatchOp
 		// itself (its state changes are entries); it is read again only
 		// now and then while the stream is idle (a task pruned meanwhile
 		// ends the watch with ErrNotFound).
-		t, err := c.l.Get(ctx, id)
+		// With notes, that read marks the task watched (ledger.Watcher),
+		// so that the store sends its state notes.
+		get := c.l.Get
+		if w, ok := ledger.WatcherOf(c.l); ok && notes != nil {
+			get = w.WatchTask
+		}
+		t, err := get(ctx, id)
 		if err != nil {
 			yield(WatchEvent{}, err)
 			return

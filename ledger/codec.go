@@ -69,6 +69,32 @@ func CodecOf(L Ledger) broker.Codec {
 	return nil
 }
 
+// codecLedgerOf returns L's codecLedger when L is WithCodec's, or nil.
+func codecLedgerOf(L Ledger) *codecLedger {
+	switch l := L.(type) {
+	case *codecLedger:
+		return l
+	case *codecLanes:
+		return l.codecLedger
+	}
+	return nil
+}
+
+// codecWatcher is a wrapped store's Watcher (WatcherOf), with the task's
+// payloads opened as Get opens them.
+type codecWatcher struct {
+	w Watcher
+	l *codecLedger
+}
+
+func (c codecWatcher) WatchTask(ctx context.Context, id string) (*Task, error) {
+	t, err := c.w.WatchTask(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	return c.l.openTask(ctx, t)
+}
+
 // Unwrap returns the ledger WithCodec wrapped.
 func (l *codecLedger) Unwrap() Ledger { return l.Ledger }
 

@@ -17,7 +17,14 @@ import (
 // Note{Topic: TopicState} in the same transaction as the move (a database
 // trigger, or the move's own statement where the store keeps the event in
 // the task row, so every path — the runtime, an operator, a bulk
-// operation — is covered). Every AppendStream (progress reports, chunks)
+// operation — is covered) — for a task that is watched (Watcher), or a
+// move to cancelled: a store that implements Watcher may leave out the
+// other tasks' state notes (ledger/postgres leaves out those of the
+// runtime's moves, EndRun's; ledger/sqlite sends them all). A reader that
+// waits for a task's state notes marks it watched first (WatcherOf). A
+// listener that wants every task's moves (a live view of all tasks)
+// cannot count on state notes: it reads the ledger (List) instead.
+// Every AppendStream (progress reports, chunks)
 // produces a Note{Topic: TopicStream} in its transaction too, its Detail
 // the offset of the last entry appended, so that followers of a task's
 // stream (Client.Watch) wake when it grows instead of polling. Notify
@@ -38,6 +45,44 @@ type Notes interface {
 	// channel is closed. Each call is its own listener (one poller or
 	// connection per store serves them all).
 	Listen(ctx context.Context) (<-chan Note, error)
+}
+
+// Watcher is an optional interface of a Ledger with Notes: a reader that
+// waits for a task's state notes (TopicState) registers with it first.
+// Both stores implement it; use WatcherOf to find it behind a wrapper.
+type Watcher interface {
+	// WatchTask marks task id watched and returns it as it is once the
+	// mark is made: either in a terminal state, or watched — then every
+	// later move of the task that notes (see Notes) sends its state note,
+	// from any process, until the task is pruned (the mark is never
+	// cleared). A listener that called Listen before WatchTask, and sees
+	// a task that is not terminal, so hears of its end. An unknown task
+	// is ErrNotFound (it is not created).
+	WatchTask(ctx context.Context, id string) (*Task, error)
+}
+
+// WatcherOf returns L's Watcher, looking through wrappers that have an
+// Unwrap() Ledger method (WithCodec's, whose payloads it opens). ok is
+// false when the store has none.
+func WatcherOf(L Ledger) (Watcher, bool) {
+	for L != nil {
+		if cl := codecLedgerOf(L); cl != nil {
+			w, ok := WatcherOf(cl.Ledger)
+			if !ok {
+				return nil, false
+			}
+			return codecWatcher{w: w, l: cl}, true
+		}
+		if w, ok := L.(Watcher); ok {
+			return w, true
+		}
+		u, ok := L.(interface{ Unwrap() Ledger })
+		if !ok {
+			return nil, false
+		}
+		L = u.Unwrap()
+	}
+	return nil, false
 }
 
 // Note is one notification.

@@ -25,9 +25,9 @@ type tokenArgs struct {
 
 func (tokenArgs) Kind() string { return "bench.token" }
 
-// countingLedger counts a Client's ReadStream and Get calls (a Watch's
-// or a Wait's ledger reads); Unwrap lets ledger.NotesOf find the
-// store's notes behind it.
+// countingLedger counts a Client's ReadStream and Get (or WatchTask)
+// calls (a Watch's or a Wait's ledger reads); Unwrap lets ledger.NotesOf
+// find the store's notes behind it.
 type countingLedger struct {
 	ledger.Ledger
 	reads atomic.Int64
@@ -45,6 +45,17 @@ func (l *countingLedger) ReadStream(ctx context.Context, id string, after int64,
 }
 
 func (l *countingLedger) Unwrap() ledger.Ledger { return l.Ledger }
+
+// WatchTask counts as a Get (a Wait's or a Watch's first read marks the
+// task watched: ledger.Watcher).
+func (l *countingLedger) WatchTask(ctx context.Context, id string) (*ledger.Task, error) {
+	l.gets.Add(1)
+	w, ok := ledger.WatcherOf(l.Ledger)
+	if !ok {
+		return l.Ledger.Get(ctx, id)
+	}
+	return w.WatchTask(ctx, id)
+}
 
 // BenchmarkWatch_ChunkLatency measures the delay from a handler's Emit
 // returning to a Client.Watch in another ledger handle (as another

@@ -69,6 +69,8 @@ var Cases = []Case{
 	{"NotesNotify", NotesNotify},
 	{"NotesStream", NotesStream},
 	{"NotesClosed", NotesClosed},
+	{"WatchTask", WatchTask},
+	{"RaceWatchEnd", RaceWatchEnd},
 }
 
 // Run runs every case against stores made by mk, each in its own parallel

@@ -44,8 +44,9 @@ func nextNote(t *testing.T, ch <-chan ledger.Note, id string) ledger.Note {
 }
 
 // NotesState: a move to a terminal state (or awaiting_review) reaches
-// every listener, with the new state, whatever made it; a move to a
-// state that is neither (running, retry_wait) sends none.
+// every listener, with the new state, whatever made it (EndRun's, of a
+// watched task); a move to a state that is neither (running, retry_wait)
+// sends none.
 func NotesState(t *testing.T, mk Maker) {
 	l := mk(t)
 	n := notesOf(t, l)
@@ -70,10 +71,14 @@ func NotesState(t *testing.T, mk Maker) {
 			t.Fatalf("first note about the task: %+v, want state cancelled (running and retry_wait send none)", got)
 		}
 	}
-	// A task completed through EndRun notifies too.
+	// A task completed through EndRun notifies too, when it is watched
+	// (a store may leave the note of an unwatched one out: WatchTask).
 	t2 := mustCreate(t, l, newTask(t))
 	run, err := l.BeginRun(c, ledger.RunStart{ID: t2.ID, Attempt: 1, Worker: "w", Lease: time.Minute})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := watcherOf(t, l).WatchTask(c, t2.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.EndRun(c, ledger.RunEnd{Attempt: ledger.Attempt{TaskID: t2.ID, Number: run.Attempt, Outcome: "ok"},

@@ -247,6 +247,10 @@ func runRowEnv(t *testing.T) (*Store, context.Context, <-chan ledger.Note, func(
 	return s, ctx, notes, func() string {
 		tk := mustCreate(t, s, &ledger.Task{Kind: "k", Lane: "batch"})
 		mustBegin(t, s, tk.ID)
+		// Watched, so that EndRun sends its state note (0016).
+		if _, err := s.WatchTask(ctx, tk.ID); err != nil {
+			t.Fatal(err)
+		}
 		return tk.ID
 	}
 }

@@ -65,7 +65,10 @@
 //     next attempt begins; the attempt's at once when it has a row or the
 //     move is refused), and the event of its move (schema 15: its row is
 //     written when the next EndRun replaces it; the statement sends the
-//     move's note itself). A completed task is one row. A task's updates
+//     move's note itself, schema 16: only for a task marked watched —
+//     WatchTask, which Client.Wait and Client.Watch call — or a move to
+//     cancelled, so that the listeners, every Server's among them, are
+//     not woken at every task's end). A completed task is one row. A task's updates
 //     touch no indexed column (fillfactor 30), so they are HOT.
 //   - Transition: the row is locked only if its state is one of the legal
 //     predecessors (SELECT … WHERE state = ANY($n) FOR UPDATE), updated,

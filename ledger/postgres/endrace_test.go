@@ -37,6 +37,9 @@ func TestEndRun_RacesAnOperatorMove(t *testing.T) {
 		if _, err := s.BeginRun(ctx, ledger.RunStart{ID: tk.ID, Attempt: 1, Worker: "w0", Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := s.WatchTask(ctx, tk.ID); err != nil { // so that EndRun notes (0016)
+			t.Fatal(err)
+		}
 		ids[i] = tk.ID
 	}
 	var wg sync.WaitGroup

@@ -19,9 +19,9 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
 		s.Close()
-		t.Fatalf("schema version %d %v, want 15", v, err)
+		t.Fatalf("schema version %d %v, want 16", v, err)
 	}
 	// Take it back to version 2 with two lanes paused.
 	since := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -51,6 +51,7 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		`DROP TRIGGER ledger_events_note ON ledger_events`,
 		`DROP FUNCTION ledger_events_note()`,
 		`ALTER TABLE ledger_tasks DROP COLUMN lease_until`,
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`, // 0016
 		`DELETE FROM ledger_schema_version WHERE version >= 3`,
 		`INSERT INTO ledger_lane_pauses (lane, actor, since) VALUES ('batch', 'operator:ann', $1), ('interactive', '', $2)`,
 	} {
@@ -70,8 +71,8 @@ func TestOpen_MigrateLaneEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after reopening %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after reopening %d %v, want 16", v, err)
 	}
 	es, err := s.LaneEvents(ctx, "", 0)
 	if err != nil || len(es) != 2 {

@@ -82,7 +82,7 @@ var endRunLeanKind = &batchKind{
 			WHERE t.id = $1 AND t.state = ANY($9::text[]) AND ($13::integer <= 0 OR t.attempt < $13::integer)
 				AND t.end_ev_seq IS NULL AND $14::text = $1 AND t.run_attempt = $15::integer
 				AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = $1 AND x.number = $15::integer)
-			RETURNING t.end_ev_from AS old_state, $2::text AS new_state, ` + tTaskCols + `)
+			RETURNING t.end_ev_from AS old_state, $2::text AS new_state, t.watched, ` + tTaskCols + `)
 		SELECT ` + taskCols + ` FROM u ` + endNoteJoin,
 	array: endRunArgs + `
 		cur AS (
@@ -106,7 +106,7 @@ var endRunLeanKind = &batchKind{
 				end_ev_reason = cur.reason, end_ev_detail = cur.detail, end_ev_actor = cur.actor
 			FROM cur WHERE t.id = cur.id
 				AND NOT EXISTS (SELECT 1 FROM ledger_attempts x WHERE x.task_id = cur.id AND x.number = cur.a_number)
-			RETURNING cur.ord, cur.old_state, cur.to_state AS new_state, ` + tTaskCols + `)
+			RETURNING cur.ord, cur.old_state, cur.to_state AS new_state, t.watched, ` + tTaskCols + `)
 		SELECT ord, ` + taskCols + ` FROM u ` + endNoteJoin,
 	conv: endRunKind.conv,
 }

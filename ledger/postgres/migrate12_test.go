@@ -126,7 +126,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		`DROP TABLE switchyard_pbatch_leases`,
 		`DROP TABLE switchyard_pbatches`,
 		`DROP TABLE switchyard_pbatch_items`,
-		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012 to 0015 are applied again
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`,          // 0016
+		`DELETE FROM ledger_schema_version WHERE version >= 12`, // 0012 to 0016 are applied again
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
 			s.Close()
@@ -140,8 +141,8 @@ func TestOpen_Migrate12(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after the migration %d %v, want 16", v, err)
 	}
 	var idx []string
 	rows, err := s.Pool().Query(ctx, `SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ledger_tasks' ORDER BY 1`, schema)

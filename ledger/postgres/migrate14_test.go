@@ -78,6 +78,7 @@ func TestOpen_Migrate14(t *testing.T) {
 		`DROP TRIGGER ledger_events_note ON ledger_events`,
 		rowNoteFunc,
 		rowNoteTrigger,
+		`ALTER TABLE ledger_tasks DROP COLUMN watched`, // 0016
 		`DELETE FROM ledger_schema_version WHERE version >= 14`,
 	} {
 		if _, err := s.Pool().Exec(ctx, q); err != nil {
@@ -97,8 +98,8 @@ func TestOpen_Migrate14(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, err := s.SchemaVersion(ctx); err != nil || v != 15 {
-		t.Fatalf("schema version after the migration %d %v, want 15", v, err)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != 16 {
+		t.Fatalf("schema version after the migration %d %v, want 16", v, err)
 	}
 	if got := read(s); !reflect.DeepEqual(got, before) {
 		t.Fatalf("after the migration:\n%+v\nwant\n%+v", got, before)
@@ -110,6 +111,11 @@ func TestOpen_Migrate14(t *testing.T) {
 	notes, err := s.Listen(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, id := range []string{running, retry} { // watched, so that EndRun notes (0016)
+		if _, err := s.WatchTask(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The running task ends; the retried one runs attempt 2 and ends.
 	end(s, running, 1, ledger.Completed, "ok")

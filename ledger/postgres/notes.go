@@ -17,6 +17,15 @@ import (
 // connection per Store, outside the pool and open while anyone listens,
 // receives them for every listener of the process. A dropped connection
 // is re-opened and its listeners are sent a ledger.TopicGap.
+//
+// PostgreSQL signals every backend that LISTENs in the database at each
+// commit that notifies, whatever the channel (each reads the queue, in a
+// transaction of its own), so a note costs every listening process,
+// wanted or not: EndRun notes a task's end only when someone watches it
+// (WatchTask below).
+//
+// A listener that wants every task's moves (a live view of all tasks)
+// does not get them from the notes: it reads the ledger (List).
 
 var _ ledger.Notes = (*Store)(nil)
 
@@ -52,6 +61,63 @@ func (s backend) Notify(ctx context.Context, op string, n ledger.Note) error {
 	}
 	_, err = s.pool.Exec(ctx, `SELECT pg_notify($1, $2)`, c, ledger.EncodeNote(n))
 	return classify(op, err, false)
+}
+
+var _ ledger.Watcher = (*Store)(nil)
+
+// EndRun's statements send a task's state note only when its row is
+// watched (migration 0016; endNoteJoin), or for a move to cancelled.
+//
+// watchTaskSQL marks task $1 watched unless it is already, or terminal:
+// an update of its row, which waits for a concurrent EndRun's row lock
+// and then reads the row's latest version. When it updates nothing, the
+// row as the statement's snapshot has it is returned with its mark — and
+// that answer stands only if the task is terminal or watched there: a
+// watched mark the snapshot sees was committed before it, so an EndRun
+// that locked the row after that sees it and notes, and one that locked
+// it before committed before the mark did (the mark waited for it), and
+// so before the snapshot. A row the snapshot has unmarked and live was
+// changed meanwhile by another transaction (the update waited and
+// skipped it): WatchTask asks again.
+const watchTaskSQL = `WITH u AS (
+		UPDATE ledger_tasks SET watched = true
+		WHERE id = $1 AND NOT watched AND state NOT IN ('completed', 'failed', 'dead', 'rejected', 'cancelled')
+		RETURNING ` + taskCols + `)
+	SELECT ` + taskCols + `, true FROM u
+	UNION ALL
+	SELECT ` + taskCols + `, watched FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`
+
+// scanExtra is a row whose Scan fills extra after the caller's
+// destinations.
+type scanExtra struct {
+	pgx.Row
+	extra []any
+}
+
+func (r scanExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.extra...)...) }
+
+// WatchTask implements front.Backend: one statement (watchTaskSQL), asked
+// again (at most a few times, then the row is marked whatever its state)
+// when a concurrent move made its answer unusable.
+func (s backend) WatchTask(ctx context.Context, op, id string) (*ledger.Task, error) {
+	for range 3 {
+		var watched bool
+		t, err := scanTask(scanExtra{s.pool.QueryRow(ctx, watchTaskSQL, id), []any{&watched}})
+		if isNoRows(err) {
+			return nil, store.NotFound(op, "task %s", id)
+		}
+		if err != nil {
+			return nil, classify(op, err, false)
+		}
+		if watched || t.State.Terminal() {
+			return t, nil
+		}
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, `UPDATE ledger_tasks SET watched = true WHERE id = $1 RETURNING `+taskCols, id))
+	if isNoRows(err) {
+		return nil, store.NotFound(op, "task %s", id)
+	}
+	return t, classify(op, err, false)
 }
 
 // Listen implements front.Backend.

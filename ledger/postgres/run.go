@@ -63,11 +63,14 @@ const (
 	// endNoteJoin sends the note of the move u made (u.old_state →
 	// u.new_state), as the trigger of 0014 sent it for its event row: same
 	// channel, payload and condition, at commit, once per task in the
-	// order of the rows.
+	// order of the rows — but only when the task is watched (u.watched,
+	// the row u wrote: the latest version, read under its row lock;
+	// migration 0016, Watch), or the move is to cancelled (the note the
+	// servers' cancel watchers listen for).
 	endNoteJoin = `LEFT JOIN LATERAL (SELECT pg_notify('sy_' || left(md5(current_schema()), 16),
 			'state|' || u.new_state || '|' || octet_length(u.id) || '|' || u.id)
 		WHERE u.new_state IN ('completed', 'failed', 'dead', 'rejected', 'cancelled', 'awaiting_review')
-			AND u.new_state IS DISTINCT FROM u.old_state) note ON true`
+			AND u.new_state IS DISTINCT FROM u.old_state AND (u.watched OR u.new_state = 'cancelled')) note ON true`
 )
 
 // beginRunSQL is BeginRun in one statement: lock the row, decide the run
@@ -277,7 +280,7 @@ var endRunSQL = `WITH cur AS (
 			end_ev_seq = t.event_seq + 1, end_ev_at = $3, end_ev_from = cur.old_state, end_ev_to = $2,
 			end_ev_reason = $10, end_ev_detail = $11, end_ev_actor = $12
 		FROM cur WHERE t.id = cur.id
-		RETURNING cur.here, cur.old_state, $2::text AS new_state, ` + curPrevEndEv + `, t.event_seq, ` + tTaskCols + `),
+		RETURNING cur.here, cur.old_state, $2::text AS new_state, ` + curPrevEndEv + `, t.event_seq, t.watched, ` + tTaskCols + `),
 	a AS (` + attemptShift(finishAttemptSelect) + `
 		WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.here)
 		` + finishAttemptConflict + `),
@@ -318,7 +321,7 @@ var endRunKind = &batchKind{
 				end_ev_seq = t.event_seq + 1, end_ev_at = cur.at, end_ev_from = cur.old_state, end_ev_to = cur.to_state,
 				end_ev_reason = cur.reason, end_ev_detail = cur.detail, end_ev_actor = cur.actor
 			FROM cur WHERE t.id = cur.id
-			RETURNING cur.ord, cur.here, cur.old_state, cur.to_state AS new_state, ` + curPrevEndEv + `, t.event_seq, ` + tTaskCols + `),
+			RETURNING cur.ord, cur.here, cur.old_state, cur.to_state AS new_state, ` + curPrevEndEv + `, t.event_seq, t.watched, ` + tTaskCols + `),
 		a AS (
 			INSERT INTO ledger_attempts (task_id, number, worker, start_at, duration_ns, outcome, class, error, stack)
 			SELECT v.a_task, v.a_number, CASE WHEN v.a_worker <> '' THEN v.a_worker ELSE COALESCE(r.run_worker, '') END,

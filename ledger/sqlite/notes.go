@@ -39,6 +39,15 @@ func (s backend) Notify(ctx context.Context, op string, n ledger.Note) error {
 	})
 }
 
+var _ ledger.Watcher = (*Store)(nil)
+
+// WatchTask implements front.Backend. This store writes the state note
+// of every task's move (a superset of the watched ones), so a watch needs
+// no mark: it is Get.
+func (s backend) WatchTask(ctx context.Context, op, id string) (*ledger.Task, error) {
+	return s.Get(ctx, op, id)
+}
+
 // Listen implements front.Backend.
 func (s backend) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
 	s.hubOnce.Do(func() { s.hub = &store.Hub{Run: s.pollNotes} })

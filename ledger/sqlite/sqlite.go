@@ -126,7 +126,8 @@ func (o *Options) withDefaults() (Options, error) {
 //   - ledger.LaneControls: SetLanePaused, LaneEvents, PausedLanes;
 //   - ledger.Servers: RegisterServer, RemoveServer, PruneServers,
 //     ListServers; ledger.History: RecordHistory, ListHistory,
-//     PruneHistory; ledger.Notes: Notify, Listen;
+//     PruneHistory; ledger.Notes: Notify, Listen; ledger.Watcher:
+//     WatchTask;
 //   - ledger.StreamStore: AppendStream, ReadStream, LatestProgress,
 //     PruneStreams, PutWait, GetWait, SignalWait, ExpireWait, FindWait;
 //   - ledger.Outbox: CreateTx, CreateOutbox, ClaimOutbox, DoneOutbox,

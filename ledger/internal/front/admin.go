@@ -135,6 +135,18 @@ func (f *Front) Notify(ctx context.Context, n ledger.Note) error {
 	return f.b.Notify(ctx, op, n)
 }
 
+// WatchTask implements ledger.Watcher.
+func (f *Front) WatchTask(ctx context.Context, id string) (*ledger.Task, error) {
+	op := f.op("watch task")
+	if err := store.ID(op, id); err != nil {
+		return nil, err
+	}
+	if err := f.check(op); err != nil {
+		return nil, err
+	}
+	return f.b.WatchTask(ctx, op, id)
+}
+
 // Listen implements ledger.Notes.
 func (f *Front) Listen(ctx context.Context) (<-chan ledger.Note, error) {
 	op := f.op("listen")

@@ -84,6 +84,8 @@ type Backend interface {
 	PruneHistory(ctx context.Context, op string, before time.Time) (int, error)
 	Notify(ctx context.Context, op string, n ledger.Note) error
 	Listen(ctx context.Context, op string) (<-chan ledger.Note, error)
+	// WatchTask (ledger.Watcher): the task, once marked watched.
+	WatchTask(ctx context.Context, op, id string) (*ledger.Task, error)
 
 	// Streams and waits (ledger.StreamStore).
 

@@ -24,6 +24,7 @@ type Store interface {
 	ledger.Servers
 	ledger.History
 	ledger.Notes
+	ledger.Watcher
 	ledger.StreamStore
 	ledger.Outbox
 	broker.DedupStore
@@ -68,6 +69,9 @@ var Cases = []Case{
 	{Method: "Get", Op: "get", Want: "task id is empty",
 		Bad:  func(ctx context.Context, s Store) error { return e1(s.Get(ctx, "")) },
 		Good: func(ctx context.Context, s Store) error { return e1(s.Get(ctx, "t1")) }},
+	{Method: "WatchTask", Op: "watch task", Want: "task id is empty",
+		Bad:  func(ctx context.Context, s Store) error { return e1(s.WatchTask(ctx, "")) },
+		Good: func(ctx context.Context, s Store) error { return e1(s.WatchTask(ctx, "t1")) }},
 	{Method: "GetByKey", Op: "get by key", Want: "idempotency key is empty",
 		Bad:  func(ctx context.Context, s Store) error { return e1(s.GetByKey(ctx, "", "")) },
 		Good: func(ctx context.Context, s Store) error { return e1(s.GetByKey(ctx, "", "k")) }},

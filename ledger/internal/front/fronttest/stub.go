@@ -186,6 +186,11 @@ func (b *Stub) PruneHistory(_ context.Context, op string, _ time.Time) (int, err
 
 func (b *Stub) Notify(_ context.Context, op string, _ ledger.Note) error { b.hit(op); return nil }
 
+func (b *Stub) WatchTask(_ context.Context, op, _ string) (*ledger.Task, error) {
+	b.hit(op)
+	return nil, nil
+}
+
 func (b *Stub) Listen(_ context.Context, op string) (<-chan ledger.Note, error) {
 	b.hit(op)
 	return nil, nil

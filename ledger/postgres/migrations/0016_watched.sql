@@ -1,0 +1,20 @@
+-- 0016: state notes only for watched tasks (issue 15, thirteenth pass).
+--
+-- EndRun's statements (run.go endNoteJoin) sent a state note for every
+-- terminal move; PostgreSQL signals every listening backend of the
+-- database on each such commit, and every Server listens (its cancel
+-- watcher), though almost nobody waits for most tasks. A reader that
+-- waits for a task's state notes (Client.Wait, Client.Watch) now first
+-- marks the task watched (ledger.Watcher: an UPDATE of the task row, under
+-- its row lock, before it reads the state it waits on), and EndRun's
+-- statements send the note only when the row they moved is watched, or
+-- when the move is to cancelled (the cancel watchers' note). Both are
+-- updates of the same row: either the mark commits first and EndRun's
+-- update, re-reading the latest version under the lock, sees it and
+-- notes; or EndRun commits first and the mark, waiting for the lock, reads
+-- the terminal state. The flag is never cleared. The moves whose events
+-- are rows (an operator's Transition, AppendEvent: the trigger of 0015)
+-- still note every task.
+--
+-- A column with a constant default is added without rewriting the table.
+ALTER TABLE ledger_tasks ADD COLUMN watched boolean NOT NULL DEFAULT false;
