@@ -150,7 +150,11 @@ func live(t *testing.T, fromKind, toKind string) {
 			time.Sleep(3 * time.Millisecond)
 		}
 	}()
-	<-halfway
+	select {
+	case <-halfway:
+	case <-produced: // it failed (t.Errorf) before halfway: do not wait for ever
+		t.FailNow()
+	}
 	if s, err := oldB.Stats(ctx, "batch"); err != nil || s.Ready == 0 {
 		t.Fatalf("no backlog on the old broker at the switch: %+v %v", s, err)
 	}
