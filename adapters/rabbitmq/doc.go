@@ -226,6 +226,18 @@
 // alternated pairs). A deployment that enqueues delayed work in bursts
 // should raise it; the adapter cannot.
 //
+// The same dead-letter workers are supervised by rabbit_fifo_dlx_sup,
+// which on RabbitMQ 3.10 allows one restart in 5 s. A worker crashes when
+// its queue is deleted as it starts (seen when a cleanup deleted the
+// queues a killed process had declared a millisecond before); two such
+// crashes together stop the supervisor for good, and from then on every
+// declaration of a queue with at-least-once dead-lettering fails with
+// INTERNAL_ERROR (541), broker-wide, until an operator restarts it
+// (`rabbitmqctl eval 'supervisor:restart_child(rabbit_sup,
+// rabbit_fifo_dlx_sup).'`, or the node). `rabbitmqctl eval
+// 'whereis(rabbit_fifo_dlx_sup).'` printing undefined is the sign; this
+// repository's CI watches for it (.ci/run).
+//
 // # Testing
 //
 // Tests use testenv.RabbitMQ (SWITCHYARD_RABBITMQ_URL, else
