@@ -60,11 +60,8 @@ var (
 
 // CodecOf returns the codec L was wrapped with by WithCodec, or nil.
 func CodecOf(L Ledger) broker.Codec {
-	switch l := L.(type) {
-	case *codecLedger:
-		return l.c
-	case *codecLanes:
-		return l.c
+	if cl := codecLedgerOf(L); cl != nil {
+		return cl.c
 	}
 	return nil
 }

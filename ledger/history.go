@@ -60,15 +60,6 @@ type History interface {
 // HistoryOf returns L's history store, or nil when it has none. It sees
 // through WithCodec.
 func HistoryOf(L Ledger) History {
-	for L != nil {
-		if h, ok := L.(History); ok {
-			return h
-		}
-		u, ok := L.(interface{ Unwrap() Ledger })
-		if !ok {
-			return nil
-		}
-		L = u.Unwrap()
-	}
-	return nil
+	h, _ := unwrapTo[History](L)
+	return h
 }

@@ -65,22 +65,18 @@ type Watcher interface {
 // Unwrap() Ledger method (WithCodec's, whose payloads it opens). ok is
 // false when the store has none.
 func WatcherOf(L Ledger) (Watcher, bool) {
-	for L != nil {
-		if cl := codecLedgerOf(L); cl != nil {
-			w, ok := WatcherOf(cl.Ledger)
-			if !ok {
-				return nil, false
-			}
-			return codecWatcher{w: w, l: cl}, true
-		}
-		if w, ok := L.(Watcher); ok {
-			return w, true
-		}
-		u, ok := L.(interface{ Unwrap() Ledger })
+	if cl := codecLedgerOf(L); cl != nil {
+		w, ok := WatcherOf(cl.Ledger)
 		if !ok {
 			return nil, false
 		}
-		L = u.Unwrap()
+		return codecWatcher{w: w, l: cl}, true
+	}
+	if w, ok := L.(Watcher); ok {
+		return w, true
+	}
+	if u, ok := L.(interface{ Unwrap() Ledger }); ok {
+		return WatcherOf(u.Unwrap())
 	}
 	return nil, false
 }
@@ -118,17 +114,24 @@ const MaxNoteDetail = 4000
 // Unwrap() Ledger method (WithCodec's). ok is false when the store has
 // none.
 func NotesOf(L Ledger) (Notes, bool) {
+	return unwrapTo[Notes](L)
+}
+
+// unwrapTo returns the first of L and the ledgers it wraps (through an
+// Unwrap() Ledger method, as WithCodec's) that is a T.
+func unwrapTo[T any](L Ledger) (T, bool) {
 	for L != nil {
-		if n, ok := L.(Notes); ok {
-			return n, true
+		if v, ok := L.(T); ok {
+			return v, true
 		}
 		u, ok := L.(interface{ Unwrap() Ledger })
 		if !ok {
-			return nil, false
+			break
 		}
 		L = u.Unwrap()
 	}
-	return nil, false
+	var zero T
+	return zero, false
 }
 
 // EncodeNote is the wire form of a note (ledger/postgres's NOTIFY

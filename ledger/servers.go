@@ -76,15 +76,6 @@ type Servers interface {
 // ServersOf returns L's server registry, or nil when it has none. It sees
 // through WithCodec.
 func ServersOf(L Ledger) Servers {
-	for L != nil {
-		if s, ok := L.(Servers); ok {
-			return s
-		}
-		u, ok := L.(interface{ Unwrap() Ledger })
-		if !ok {
-			return nil
-		}
-		L = u.Unwrap()
-	}
-	return nil
+	s, _ := unwrapTo[Servers](L)
+	return s
 }
