@@ -329,74 +329,101 @@ func FuzzAdminHTTP(f *testing.F) {
 	seeds := []struct {
 		method, path, query, body string
 		who                       uint8
+		hdr                       string // Idempotency-Key and Last-Event-ID
 	}{
-		{"GET", "/healthz", "", "", 5},
-		{"GET", "/readyz", "", "", 5},
-		{"GET", "/", "", "", 5},
-		{"GET", "/ui/app.js", "", "", 5},
-		{"GET", "/metrics", "", "", 0},
-		{"GET", "/api/v1/whoami", "", "", 3},
-		{"GET", "/api/v1/lanes", "", "", 1},
-		{"HEAD", "/api/v1/lanes", "", "", 0},
-		{"GET", "/api/v1/servers", "", "", 0},
-		{"GET", "/api/v1/scaling", "", "", 0},
-		{"GET", "/api/v1/history", "window=1h", "", 0},
-		{"GET", "/api/v1/spend", "", "", 0},
-		{"GET", "/api/v1/lane-events", "limit=5", "", 0},
-		{"GET", "/api/v1/lanes/batch/events", "", "", 0},
-		{"GET", "/api/v1/lanes/nosuch/events", "", "", 0},
-		{"GET", "/api/v1/tasks", "state=queued,dead&limit=2", "", 0},
-		{"GET", "/api/v1/tasks", "after={queued}&kind=test.greet&lane=interactive", "", 3},
-		{"GET", "/api/v1/tasks/{queued}", "", "", 0},
-		{"GET", "/api/v1/tasks/{dead}", "", "", 1},
-		{"GET", "/api/v1/tasks/{review}/status", "", "", 2},
-		{"GET", "/api/v1/tasks/{completed}/result", "", "", 2},
-		{"GET", "/api/v1/tasks/{queued}/events", "from=0", "", 0},
-		{"GET", "/api/v1/tasks/{completed}/events", "", "", 0},
-		{"GET", "/api/v1/tasks/no-such-task", "", "", 0},
-		{"GET", "/api/v1/dead", "lane=batch", "", 0},
-		{"GET", "/api/v1/dead", "lane=nosuch&limit=1", "", 0},
-		{"GET", "/api/v1/dead/batch/{deadmsg}", "", "", 0},
-		{"GET", "/api/v1/dead/batch/no-such-letter", "", "", 0},
-		{"GET", "/api/v1/dead/nosuch/{deadmsg}", "", "", 4},
-		{"GET", "/api/v1/reviews", "", "", 0},
-		{"GET", "/api/v1/nothing-here", "", "", 0},
-		{"POST", "/api/v1/lanes/batch/resume", "", "", 0},
-		{"POST", "/api/v1/lanes/nosuch/pause", "", "", 0},
-		{"POST", "/api/v1/lanes/interactive/pause", "", "{}", 3},
-		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"}}`, 2},
-		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"lane":"nosuch"}`, 2},
-		{"POST", "/api/v1/tasks:batch", "", `{"tasks":[{"kind":"test.greet","args":{"name":"y"}}]}`, 2},
-		{"POST", "/api/v1/tasks/{queued}/cancel", "", `{"reason":"fuzz"}`, 0},
-		{"POST", "/api/v1/tasks/no-such-task/cancel", "", "", 0},
-		{"POST", "/api/v1/tasks/cancel", "", `{"ids":["no-such-task"],"dry_run":true}`, 0},
-		{"POST", "/api/v1/tasks/{review}/signals/go", "", `{}`, 0},
-		{"POST", "/api/v1/signals/not-a-token", "", `{}`, 5},
-		{"POST", "/api/v1/dead/replay", "", `{"ids":["no-such-letter"]}`, 0},
-		{"POST", "/api/v1/dead/move", "", `{"ids":["{deadmsg}"],"to_lane":"nosuch"}`, 0},
-		{"POST", "/api/v1/dead/purge", "", `{"filter":{"lane":"nosuch"}}`, 0},
-		{"POST", "/api/v1/dead/batch/no-such-letter/sandbox", "", "", 0},
-		{"POST", "/api/v1/dead/nosuch/{deadmsg}/sandbox", "", "", 0},
-		{"POST", "/api/v1/reviews/no-such-task/approve", "", `{"note":"ok"}`, 0},
-		{"POST", "/api/v1/reviews/{review}/claim", "", "", 0},
-		{"POST", "/api/v1/reviews/{completed}/reject", "", `{"reason":"no"}`, 0},
-		{"PUT", "/api/v1/lanes", "", "", 0},
-		{"DELETE", "/api/v1/tasks/{queued}", "", "", 0},
-		{"GET", "/api/v1/tasks/%zz", "", "", 0},
-		{"GET", "/api/v1/tasks/..%2f..%2fetc", "", "", 0},
-		{"GET", "/api/v1/dead", "limit=99999999999999999999", "", 0},
-		{"GET", "/api/v1/tasks", "state=bogus", "", 0},
-		{"GET", "/api/v1/tasks/" + strings.Repeat("x", 5000), "", "", 0},
-		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"delay_ms":9223372036854775807}`, 2},
-		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"run_at":"9999-12-31T23:59:59Z"}`, 2},
+		{"GET", "/healthz", "", "", 5, ""},
+		{"GET", "/readyz", "", "", 5, ""},
+		{"GET", "/", "", "", 5, ""},
+		{"GET", "/ui/app.js", "", "", 5, ""},
+		{"GET", "/metrics", "", "", 0, ""},
+		{"GET", "/api/v1/whoami", "", "", 3, ""},
+		{"GET", "/api/v1/lanes", "", "", 1, ""},
+		{"HEAD", "/api/v1/lanes", "", "", 0, ""},
+		{"GET", "/api/v1/servers", "", "", 0, ""},
+		{"GET", "/api/v1/scaling", "", "", 0, ""},
+		{"GET", "/api/v1/history", "window=1h", "", 0, ""},
+		{"GET", "/api/v1/spend", "", "", 0, ""},
+		{"GET", "/api/v1/lane-events", "limit=5", "", 0, ""},
+		{"GET", "/api/v1/lanes/batch/events", "", "", 0, ""},
+		{"GET", "/api/v1/lanes/nosuch/events", "", "", 0, ""},
+		{"GET", "/api/v1/tasks", "state=queued,dead&limit=2", "", 0, ""},
+		{"GET", "/api/v1/tasks", "after={queued}&kind=test.greet&lane=interactive", "", 3, ""},
+		{"GET", "/api/v1/tasks/{queued}", "", "", 0, ""},
+		{"GET", "/api/v1/tasks/{dead}", "", "", 1, ""},
+		{"GET", "/api/v1/tasks/{review}/status", "", "", 2, ""},
+		{"GET", "/api/v1/tasks/{completed}/result", "", "", 2, ""},
+		{"GET", "/api/v1/tasks/{queued}/events", "from=0", "", 0, ""},
+		{"GET", "/api/v1/tasks/{completed}/events", "", "", 0, ""},
+		{"GET", "/api/v1/tasks/no-such-task", "", "", 0, ""},
+		{"GET", "/api/v1/dead", "lane=batch", "", 0, ""},
+		{"GET", "/api/v1/dead", "lane=nosuch&limit=1", "", 0, ""},
+		{"GET", "/api/v1/dead/batch/{deadmsg}", "", "", 0, ""},
+		{"GET", "/api/v1/dead/batch/no-such-letter", "", "", 0, ""},
+		{"GET", "/api/v1/dead/nosuch/{deadmsg}", "", "", 4, ""},
+		{"GET", "/api/v1/reviews", "", "", 0, ""},
+		{"GET", "/api/v1/nothing-here", "", "", 0, ""},
+		{"POST", "/api/v1/lanes/batch/resume", "", "", 0, ""},
+		{"POST", "/api/v1/lanes/nosuch/pause", "", "", 0, ""},
+		{"POST", "/api/v1/lanes/interactive/pause", "", "{}", 3, ""},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"}}`, 2, ""},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"lane":"nosuch"}`, 2, ""},
+		{"POST", "/api/v1/tasks:batch", "", `{"tasks":[{"kind":"test.greet","args":{"name":"y"}}]}`, 2, ""},
+		{"POST", "/api/v1/tasks/{queued}/cancel", "", `{"reason":"fuzz"}`, 0, ""},
+		{"POST", "/api/v1/tasks/no-such-task/cancel", "", "", 0, ""},
+		{"POST", "/api/v1/tasks/cancel", "", `{"ids":["no-such-task"],"dry_run":true}`, 0, ""},
+		{"POST", "/api/v1/tasks/{review}/signals/go", "", `{}`, 0, ""},
+		{"POST", "/api/v1/signals/not-a-token", "", `{}`, 5, ""},
+		{"POST", "/api/v1/dead/replay", "", `{"ids":["no-such-letter"]}`, 0, ""},
+		{"POST", "/api/v1/dead/move", "", `{"ids":["{deadmsg}"],"to_lane":"nosuch"}`, 0, ""},
+		{"POST", "/api/v1/dead/purge", "", `{"filter":{"lane":"nosuch"}}`, 0, ""},
+		{"POST", "/api/v1/dead/batch/no-such-letter/sandbox", "", "", 0, ""},
+		{"POST", "/api/v1/dead/nosuch/{deadmsg}/sandbox", "", "", 0, ""},
+		{"POST", "/api/v1/reviews/no-such-task/approve", "", `{"note":"ok"}`, 0, ""},
+		{"POST", "/api/v1/reviews/{review}/claim", "", "", 0, ""},
+		{"POST", "/api/v1/reviews/{completed}/reject", "", `{"reason":"no"}`, 0, ""},
+		{"PUT", "/api/v1/lanes", "", "", 0, ""},
+		{"DELETE", "/api/v1/tasks/{queued}", "", "", 0, ""},
+		{"GET", "/api/v1/tasks/%zz", "", "", 0, ""},
+		{"GET", "/api/v1/tasks/..%2f..%2fetc", "", "", 0, ""},
+		{"GET", "/api/v1/dead", "limit=99999999999999999999", "", 0, ""},
+		{"GET", "/api/v1/tasks", "state=bogus", "", 0, ""},
+		{"GET", "/api/v1/tasks/" + strings.Repeat("x", 5000), "", "", 0, ""},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"delay_ms":9223372036854775807}`, 2, ""},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"x"},"run_at":"9999-12-31T23:59:59Z"}`, 2, ""},
+		{"GET", "/api/v1/tasks/{completed}/events", "", "", 0, "3"},
+		{"GET", "/api/v1/tasks/{completed}/events", "", "", 0, "-1"},
+		{"GET", "/api/v1/tasks/{completed}/events", "", "", 1, "99999999999999999999"},
+		{"GET", "/api/v1/tasks/{completed}/events", "from=-5", "", 0, ""},
+		{"GET", "/api/v1/tasks/{completed}/events", "from=x", "", 0, "x"},
+		{"GET", "/api/v1/tasks/%00/status", "", "", 2, ""},
+		{"GET", "/api/v1/tasks/%ff%fe", "", "", 0, ""},
+		{"GET", "/api/v1/dead/batch/%00", "", "", 0, ""},
+		{"GET", "/api/v1/tasks", "after=%ff&tenant=globex", "", 3, ""},
+		{"GET", "/api/v1/tasks", "lane=%00&kind=%ff", "", 0, ""},
+		{"GET", "/api/v1/dead", "reason=max_attempts&tenant=acme&kind=test.flaky", "", 0, ""},
+		{"GET", "/api/v1/history", "minutes=0&lane=nosuch", "", 0, ""},
+		{"GET", "/api/v1/history", "minutes=60&lane=batch", "", 1, ""},
+		{"GET", "/api/v1/scaling", "lane=nosuch", "", 0, ""},
+		{"GET", "/api/v1/scaling", "lane=batch", "", 0, ""},
+		{"GET", "/api/v1/spend", "since=24h&step=1h&by=kind", "", 0, ""},
+		{"GET", "/api/v1/lane-events", "limit=100000", "", 0, ""},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"z"}}`, 2, "key-1"},
+		{"POST", "/api/v1/tasks", "", `{"kind":"test.greet","args":{"name":"z"},"tenant":"globex"}`, 3, "key-2"},
+		{"POST", "/api/v1/tasks/{delayed}/cancel", "", `{}`, 3, ""},
+		{"POST", "/api/v1/tasks/{acme}/cancel", "", `{}`, 3, ""},
+		{"POST", "/api/v1/tasks/cancel", "", `{"filter":{"lane":"nosuch"}}`, 0, ""},
+		{"POST", "/api/v1/tasks/cancel", "", `{"filter":{"metadata":{"a":"b"}},"dry_run":true,"max":-1}`, 0, ""},
+		{"POST", "/api/v1/dead/replay", "", `{"filter":{"lane":"batch"},"max":1}`, 0, ""},
+		{"POST", "/api/v1/lanes/%00/pause", "", "", 0, ""},
+		{"POST", "/api/v1/tasks/{review}/signals/%00", "", `{}`, 0, ""},
 	}
 	for _, s := range seeds {
-		f.Add(s.method, s.path, s.query, []byte(s.body), s.who)
+		f.Add(s.method, s.path, s.query, []byte(s.body), s.who, s.hdr)
 	}
 	fx := newHTTPFixture(f)
 	fill := strings.NewReplacer("{queued}", fx.queued, "{dead}", fx.dead, "{review}", fx.review, "{completed}", fx.completed,
 		"{delayed}", fx.delayed, "{cancelled}", fx.cancelled, "{acme}", fx.acme, "{deadmsg}", fx.deadMsg)
-	f.Fuzz(func(t *testing.T, method, path, query string, body []byte, who uint8) {
+	f.Fuzz(func(t *testing.T, method, path, query string, body []byte, who uint8, hdr string) {
 		path, query = fill.Replace(path), fill.Replace(query)
 		body = []byte(fill.Replace(string(body)))
 		target := "http://admin.test/" + strings.TrimPrefix(path, "/")
@@ -417,7 +444,13 @@ func FuzzAdminHTTP(f *testing.F) {
 		if who/uint8(len(fuzzSecrets))%2 == 0 {
 			req.Header.Set("Content-Type", "application/json")
 		}
-		req.Header.Set("Idempotency-Key", fmt.Sprintf("fuzz-%d", len(body)))
+		if strings.ContainsFunc(hdr, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return // not a header an HTTP server would hand the handler
+		}
+		if hdr != "" {
+			req.Header.Set("Idempotency-Key", hdr)
+			req.Header.Set("Last-Event-ID", hdr)
+		}
 		look := method == http.MethodGet || method == http.MethodHead
 		var before string
 		if look {
@@ -456,4 +489,48 @@ func FuzzAdminHTTP(f *testing.F) {
 			t.Fatalf("%s %s (%d %s) changed the number of tasks from %d to %d", method, req.RequestURI, status, out, len(tasksBefore), len(tasksAfter))
 		}
 	})
+}
+
+// TestAdminHTTPFixture_Digest: the fuzz target's digest is not blind: a
+// lane resumed, a task cancelled, a dead letter replayed each change it,
+// and the listings that look leave it as it was.
+func TestAdminHTTPFixture_Digest(t *testing.T) {
+	t.Parallel()
+	fx := newHTTPFixture(t)
+	call := func(method, path, body string) int {
+		t.Helper()
+		req, err := http.NewRequestWithContext(fx.ctx, method, "http://admin.test"+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.RequestURI = req.URL.RequestURI()
+		req.Header.Set("Authorization", "Bearer "+admintest.AdminSecret)
+		req.Header.Set("Content-Type", "application/json")
+		w := &fuzzWriter{hdr: http.Header{}, cancel: func() {}}
+		fx.h.ServeHTTP(w, req)
+		return w.status
+	}
+	d0 := fx.digest(t)
+	for _, p := range []string{"/api/v1/dead?lane=batch", "/api/v1/dead/batch/" + fx.deadMsg, "/api/v1/tasks/" + fx.dead, "/api/v1/lanes", "/api/v1/tasks?state=queued"} {
+		if st := call("GET", p, ""); st != http.StatusOK {
+			t.Fatalf("GET %s: %d", p, st)
+		}
+	}
+	if d := fx.digest(t); d != d0 {
+		t.Fatalf("the listings changed the digest:\n%s\n%s", d0, d)
+	}
+	for _, c := range []struct{ path, body string }{
+		{"/api/v1/lanes/batch/resume", ""},
+		{"/api/v1/tasks/" + fx.queued + "/cancel", "{}"},
+		{"/api/v1/dead/replay", `{"ids":["` + fx.deadMsg + `"]}`},
+	} {
+		if st := call("POST", c.path, c.body); st != http.StatusOK {
+			t.Fatalf("POST %s: %d", c.path, st)
+		}
+		d := fx.digest(t)
+		if d == d0 {
+			t.Errorf("POST %s left the digest as it was", c.path)
+		}
+		d0 = d
+	}
 }
