@@ -8,8 +8,12 @@
 // # Mounting
 //
 // New returns an http.Handler that speaks MCP's Streamable HTTP transport
-// (JSON-RPC 2.0 over POST; every answer is a single JSON response). A team
-// mounts it at its MCP endpoint, behind its own authentication:
+// (JSON-RPC 2.0 over POST; every answer is a single JSON response). A
+// body is one JSON-RPC request or notification: a batch (which MCP
+// 2025-11-25 does not have), data after the message or an id that is not
+// a string, a number or null is refused with JSON-RPC's error and a null
+// id, a body above Config.MaxBody with 413. A team mounts it at its MCP
+// endpoint, behind its own authentication:
 //
 //	h, _ := mcptasks.New(mcptasks.Config{Client: client, Ledger: L, Tools: []mcptasks.Tool{
 //		{Name: "summarize", Kind: "doc.summarize", Lane: "interactive", Description: "Summarise a document"},
