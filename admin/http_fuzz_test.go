@@ -199,6 +199,20 @@ func (fx *httpFixture) lanes(t testing.TB) []string {
 	return slices.Compact(ls)
 }
 
+// deadLetters counts the dead letters of every known lane.
+func (fx *httpFixture) deadLetters(t testing.TB) int64 {
+	t.Helper()
+	var n int64
+	for _, lane := range fx.known {
+		s, err := fx.B.Stats(fx.ctx, lane)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += s.DeadLettered
+	}
+	return n
+}
+
 // tasks lists every task in the ledger, by ID.
 func (fx *httpFixture) tasks(t testing.TB) []*ledger.Task {
 	t.Helper()
@@ -321,8 +335,8 @@ func creates(path string) bool {
 // a GET or HEAD changes nothing an operator can observe (tasks' states,
 // attempts and update times, pauses, lane depths, the order, attempts and
 // ages of ready and dead messages); no request makes a lane exist that
-// did not, and no refused request, nor any that names a task, lane or dead
-// letter rather than creating one, adds a task.
+// did not, none adds a dead letter, and no refused request, nor any that
+// names a task, lane or dead letter rather than creating one, adds a task.
 func FuzzAdminHTTP(f *testing.F) {
 	// The fixture's IDs differ from run to run: seeds name them with
 	// placeholders.
@@ -456,7 +470,7 @@ func FuzzAdminHTTP(f *testing.F) {
 		if look {
 			before = fx.digest(t)
 		}
-		tasksBefore := fx.tasks(t)
+		tasksBefore, deadBefore := fx.tasks(t), fx.deadLetters(t)
 
 		w := &fuzzWriter{hdr: http.Header{}, cancel: cancel}
 		fx.h.ServeHTTP(w, req)
@@ -480,6 +494,9 @@ func FuzzAdminHTTP(f *testing.F) {
 			if !slices.Contains(fx.known, l) {
 				t.Fatalf("%s %s (%d) made lane %q exist (known: %v)", method, req.RequestURI, status, l, fx.known)
 			}
+		}
+		if n := fx.deadLetters(t); n > deadBefore {
+			t.Fatalf("%s %s (%d %s) made dead letters: %d, was %d", method, req.RequestURI, status, out, n, deadBefore)
 		}
 		if status/100 == 2 && method == http.MethodPost && creates(req.URL.Path) {
 			return
