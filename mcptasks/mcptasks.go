@@ -8,8 +8,12 @@
 // # Mounting
 //
 // New returns an http.Handler that speaks MCP's Streamable HTTP transport
-// (JSON-RPC 2.0 over POST; every answer is a single JSON response). A team
-// mounts it at its MCP endpoint, behind its own authentication:
+// (JSON-RPC 2.0 over POST; every answer is a single JSON response). A
+// body is one JSON-RPC request or notification: a batch (which MCP
+// 2025-11-25 does not have), data after the message or an id that is not
+// a string, a number or null is refused with JSON-RPC's error and a null
+// id, a body above Config.MaxBody with 413. A team mounts it at its MCP
+// endpoint, behind its own authentication:
 //
 //	h, _ := mcptasks.New(mcptasks.Config{Client: client, Ledger: L, Tools: []mcptasks.Tool{
 //		{Name: "summarize", Kind: "doc.summarize", Lane: "interactive", Description: "Summarise a document"},
@@ -57,6 +61,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -223,14 +228,18 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	var req rpcRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
-	if err := dec.Decode(&req); err != nil {
-		writeRPC(w, rpcResponse{JSONRPC: "2.0", ID: json.RawMessage("null"), Error: errorf(codeParse, "the body is not one JSON-RPC message: %v", err)})
-		return
-	}
-	if req.JSONRPC != "2.0" || req.Method == "" {
-		writeRPC(w, rpcResponse{JSONRPC: "2.0", ID: idOrNull(req.ID), Error: errorf(codeInvalidRequest, "not a JSON-RPC 2.0 request")})
+	req, rerr := h.readRequest(w, r)
+	if rerr != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(rerr, &mbe) {
+			http.Error(w, fmt.Sprintf("request body larger than %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+			return
+		}
+		var re *rpcError
+		if !errors.As(rerr, &re) {
+			re = errorf(codeParse, "reading the body: %v", rerr)
+		}
+		writeRPC(w, rpcResponse{JSONRPC: "2.0", ID: idOrNull(req.ID), Error: re})
 		return
 	}
 	if len(req.ID) == 0 {
@@ -251,6 +260,56 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Result = res
 	}
 	writeRPC(w, out)
+}
+
+// readRequest reads the body: exactly one JSON-RPC request object.
+// Refused, with the id the answer carries (none unless the request could
+// be read and its id is valid): a body that is not JSON or has data after
+// the message (-32700); a batch (MCP 2025-11-25 sends one message per
+// POST), a value that is not a request object, an id that is neither a
+// string, a number nor null, a jsonrpc other than "2.0" or no method
+// (-32600); a body above Config.MaxBody (*http.MaxBytesError).
+func (h *handler) readRequest(w http.ResponseWriter, r *http.Request) (rpcRequest, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return rpcRequest{}, err
+		}
+		return rpcRequest{}, errorf(codeParse, "the body is not one JSON-RPC message: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return rpcRequest{}, err
+		}
+		return rpcRequest{}, errorf(codeParse, "the body has data after the JSON-RPC message")
+	}
+	if raw[0] == '[' {
+		return rpcRequest{}, errorf(codeInvalidRequest, "JSON-RPC batches are not supported: send one message per request")
+	}
+	var req rpcRequest
+	if err := json.Unmarshal(raw, &req); err != nil || raw[0] != '{' {
+		return rpcRequest{}, errorf(codeInvalidRequest, "not a JSON-RPC 2.0 request object")
+	}
+	if len(req.ID) > 0 && !validID(req.ID) {
+		return rpcRequest{}, errorf(codeInvalidRequest, "the id must be a string, a number or null")
+	}
+	if req.JSONRPC != "2.0" || req.Method == "" {
+		return req, errorf(codeInvalidRequest, "not a JSON-RPC 2.0 request")
+	}
+	return req, nil
+}
+
+// validID reports whether id (one JSON value) is a string, a number or
+// null, the ids JSON-RPC 2.0 allows.
+func validID(id json.RawMessage) bool {
+	switch c := id[0]; {
+	case c == '"', c == '-', c >= '0' && c <= '9':
+		return true
+	}
+	return string(id) == "null"
 }
 
 func idOrNull(id json.RawMessage) json.RawMessage {

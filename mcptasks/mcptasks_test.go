@@ -1,3 +1,5 @@
+//go:build !switchyard_fuzzbuild
+
 package mcptasks_test
 
 import (
