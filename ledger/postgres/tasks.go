@@ -60,7 +60,7 @@ func tsOrNil(t time.Time) any {
 
 // createKind is Create's write: the task's row, unless its ID or its
 // (tenant, idempotency key) is taken. In a group, all Creates are one
-// INSERT … SELECT FROM unnest (batch.go).
+// INSERT … SELECT over the unnested arguments (argRows, batch.go).
 var createKind = &batchKind{
 	ordinals: true,
 	name:     "create",
