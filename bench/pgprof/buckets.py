@@ -53,7 +53,9 @@ for line in sys.stdin:
     line = line.rstrip('\n')
     if not line.strip():
         flush(pid, syms); pid = None; syms = []; continue
-    if not line.startswith('\t') and not line.startswith(' '):
+    # A sample's header is its pid, right-aligned (a leading space when
+    # the pid has fewer digits than the widest); its frames start with a tab.
+    if not line.startswith('\t'):
         flush(pid, syms); syms = []
         pid = line.split('/')[0].strip()
         continue

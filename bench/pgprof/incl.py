@@ -19,7 +19,7 @@ for line in sys.stdin:
     line=line.rstrip('\n')
     if not line.strip():
         flush(); pid=None; syms=[]; continue
-    if not line.startswith(('\t',' ')):
+    if not line.startswith('\t'):  # the header: the pid, right-aligned
         flush(); syms=[]; pid=line.split('/')[0].strip(); continue
     parts=line.strip().split(None,1)
     if len(parts)==2: syms.append(parts[1].replace(' (inlined)',''))

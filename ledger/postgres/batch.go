@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -13,7 +14,7 @@ import (
 // SetEffect) completes them with one statement instead of one each: the
 // writes' arguments go in as arrays, one per argument of the single
 // statement ($k is the array of every write's k-th argument), unnested
-// WITH ORDINALITY, and every row the statement returns starts with the
+// into one row per write with its ordinal (argRows), and every row the statement returns starts with the
 // ordinal of its write, followed by the single statement's columns. A
 // write that gets no row is refused exactly as its single statement would
 // refuse it (its guard on the task's state or attempt did not hold, or
@@ -50,6 +51,9 @@ type batchKind struct {
 	// conv, when set, maps one write's arguments to the array
 	// statement's elements (an argument that is itself an array).
 	conv func(args []any) []any
+	// ordinals: the array statement takes one more argument, the
+	// writes' ordinals 1…n as a bigint array (argRows).
+	ordinals bool
 }
 
 // arrays builds the array statement's arguments from its writes'.
@@ -70,11 +74,47 @@ func (k *batchKind) arrays(rs []*groupReq) []any {
 			cols[j][i] = a
 		}
 	}
-	out := make([]any, len(cols))
+	out := make([]any, len(cols), len(cols)+1)
 	for j, c := range cols {
 		out[j] = c
 	}
+	if k.ordinals {
+		ords := make([]int64, len(rs))
+		for i := range ords {
+			ords[i] = int64(i + 1)
+		}
+		out = append(out, ords)
+	}
 	return out
+}
+
+// argRows is the SELECT that opens an array statement whose kind has
+// ordinals set: one row per write, its arguments as columns (cols are
+// "name type" in $ order, $k the array of the writes' k-th argument)
+// and its ordinal, ord, from the statement's last argument (the bigint
+// array 1…n, batchKind.arrays). The arrays are unnested in the select
+// list (a ProjectSet node, reading the arrays element by element in
+// step, so the k-th row holds every array's k-th element) rather than as
+// unnest(…) WITH ORDINALITY in FROM: a function in FROM is materialised
+// into a tuplestore of its own per array, each starting with a 16 kB
+// allocation, and for statements of 16 or 22 arrays (Create, EndRun)
+// that churned the backend's heap on every execution (malloc, brk, page
+// faults; docs/BENCHMARKS.md, "issue 15, fourteenth pass"). The ordinals
+// come in as an array rather than from generate_series so that the
+// planner estimates the rows as it did the function scan's (10, not
+// generate_series's 1,000) and keeps the same join order.
+func argRows(cols ...string) string {
+	var b strings.Builder
+	b.WriteString("SELECT ")
+	for i, c := range cols {
+		name, typ, ok := strings.Cut(c, " ")
+		if !ok {
+			panic("postgres: argRows column without a type: " + c)
+		}
+		b.WriteString("unnest($" + strconv.Itoa(i+1) + "::" + typ + "[]) AS " + name + ", ")
+	}
+	b.WriteString("unnest($" + strconv.Itoa(len(cols)+1) + "::bigint[]) AS ord")
+	return b.String()
 }
 
 // groupStmt is one statement of a group: a single write (kind nil) or

@@ -26,7 +26,8 @@ package postgres
 // case: attempt n = max(delivered, attempt, 1), reason attempt_started,
 // no detail, the run's end columns cleared.
 var beginRunLeanKind = &batchKind{
-	name: "begin run (first)",
+	ordinals: true,
+	name:     "begin run (first)",
 	single: `UPDATE ledger_tasks t SET state = 'running', attempt = GREATEST($2::integer, t.attempt, 1),
 			lease_until = clock_timestamp() + $3::bigint * interval '1 microsecond',
 			updated_at = $4, event_seq = t.event_seq + 1,
@@ -66,7 +67,8 @@ var beginRunLeanKind = &batchKind{
 // for that case (end_ev_from is the state before the move, which the
 // note's condition reads).
 var endRunLeanKind = &batchKind{
-	name: "end run (first)",
+	ordinals: true,
+	name:     "end run (first)",
 	single: `WITH u AS (
 			UPDATE ledger_tasks t SET state = $2, updated_at = $3, event_seq = t.event_seq + 1,
 				attempt = CASE WHEN $4::integer > 0 THEN $4::integer ELSE t.attempt END,

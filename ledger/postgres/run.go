@@ -134,24 +134,23 @@ const beginRunSQL = `WITH cur AS (
 // beginRunArgs and endRunArgs open the array forms of BeginRun and EndRun
 // (the full statements here, the lean ones in lean.go): the arguments of
 // every write in the group, one row each, in the order sent.
-const (
+var (
 	beginRunArgs = `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::timestamptz[], $5::text[], $6::timestamptz[])
-				WITH ORDINALITY AS v(id, delivered, lease_us, at, worker, start, ord)),`
+			` + argRows("id text", "delivered integer", "lease_us bigint", "at timestamptz", "worker text", "start timestamptz") + `),`
 	endRunArgs = `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::integer[], $5::boolean[], $6::bytea[], $7::text[],
-				$8::timestamptz[], $9::text[], $10::text[], $11::text[], $12::text[], $13::integer[],
-				$14::text[], $15::integer[], $16::text[], $17::timestamptz[], $18::bigint[], $19::text[], $20::text[], $21::text[], $22::text[])
-				WITH ORDINALITY AS v(id, to_state, at, set_attempt, set_result, result, last_error, run_at, from_states, reason, detail, actor, below,
-					a_task, a_number, a_worker, a_start, a_duration, a_outcome, a_class, a_error, a_stack, ord)),`
+			` + argRows("id text", "to_state text", "at timestamptz", "set_attempt integer", "set_result boolean", "result bytea",
+		"last_error text", "run_at timestamptz", "from_states text", "reason text", "detail text", "actor text", "below integer",
+		"a_task text", "a_number integer", "a_worker text", "a_start timestamptz", "a_duration bigint", "a_outcome text",
+		"a_class text", "a_error text", "a_stack text") + `),`
 )
 
 // beginRunKind is BeginRun's write; in a group, all BeginRuns are one
 // statement (batch.go): beginRunSQL over the unnested arguments, the
 // rows locked in ID order.
 var beginRunKind = &batchKind{
-	name:   "begin run",
-	single: beginRunSQL,
+	ordinals: true,
+	name:     "begin run",
+	single:   beginRunSQL,
 	array: beginRunArgs + `
 		cur AS (
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
@@ -300,8 +299,9 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 // move from ($9, an array in the single statement) go in as a
 // comma-separated list.
 var endRunKind = &batchKind{
-	name:   "end run",
-	single: endRunSQL,
+	ordinals: true,
+	name:     "end run",
+	single:   endRunSQL,
 	array: endRunArgs + `
 		cur AS (
 			SELECT t.id, t.state AS old_state, v.ord, v.to_state, v.at, v.set_attempt, v.set_result, v.result, v.last_error, v.run_at,

@@ -60,18 +60,18 @@ func tsOrNil(t time.Time) any {
 
 // createKind is Create's write: the task's row, unless its ID or its
 // (tenant, idempotency key) is taken. In a group, all Creates are one
-// INSERT … SELECT FROM unnest (batch.go).
+// INSERT … SELECT over the unnested arguments (argRows, batch.go).
 var createKind = &batchKind{
-	name: "create",
+	ordinals: true,
+	name:     "create",
 	single: `INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + taskCols,
 	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bytea[], $8::text[],
-				$9::integer[], $10::integer[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::bytea[], $15::text[], $16::timestamptz[])
-				WITH ORDINALITY AS v(id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
-					run_at, deadline, metadata, result, last_error, created_at, ord)),
+			` + argRows("id text", "tenant text", "idem_key text", "kind text", "lane text", "ordering_key text", "args bytea",
+		"state text", "attempt integer", "max_attempts integer", "run_at timestamptz", "deadline timestamptz", "metadata text",
+		"result bytea", "last_error text", "created_at timestamptz") + `),
 		ins AS (
 			INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
 			SELECT id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
