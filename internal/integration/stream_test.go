@@ -600,11 +600,20 @@ func TestWatch_FollowReplay(t *testing.T) {
 			// Not Client.Wait, which would mark the task watched while it
 			// runs: read the ledger until the task is dead and the broker
 			// has its dead letter.
-			waitFor(t, 10*time.Second, func() bool {
+			var last string
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 				tk, err := e.L.Get(ctx, res.ID)
 				s, serr := e.b.Stats(ctx, "interactive")
-				return err == nil && tk.State == ledger.Dead && serr == nil && s.DeadLettered == 1
-			})
+				if err == nil && tk.State == ledger.Dead && serr == nil && s.DeadLettered == 1 {
+					break
+				}
+				if tk != nil {
+					last = fmt.Sprintf("task %s (%v), stats %+v (%v)", tk.State, err, s, serr)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the task is not dead, with its dead letter, within 20s: %s", last)
+				}
+			}
 			fixed.Store(true)
 			watcher := e.reopen(t)
 			var states []ledger.State
