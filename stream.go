@@ -75,7 +75,10 @@ type WatchOpts struct {
 	Interval time.Duration
 	// Follow keeps watching after the task reached a terminal state (a
 	// dead or failed task may be replayed). Defaults to false: Watch ends
-	// once the task is terminal and its stream is read.
+	// once the task is terminal and its stream is read. With notes, a
+	// task followed once terminal is marked watched all the same
+	// (ledger.Watcher.FollowTask), so that the end of a later run wakes
+	// the watcher at once.
 	Follow bool
 }
 
