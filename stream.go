@@ -75,7 +75,10 @@ type WatchOpts struct {
 	Interval time.Duration
 	// Follow keeps watching after the task reached a terminal state (a
 	// dead or failed task may be replayed). Defaults to false: Watch ends
-	// once the task is terminal and its stream is read.
+	// once the task is terminal and its stream is read. With notes, a
+	// task followed once terminal is marked watched all the same
+	// (ledger.Watcher.FollowTask), so that the end of a later run wakes
+	// the watcher at once.
 	Follow bool
 }
 
@@ -127,10 +130,15 @@ func (c *Client) Watch(ctx context.Context, id string, from int64, opts *WatchOp
 		// now and then while the stream is idle (a task pruned meanwhile
 		// ends the watch with ErrNotFound).
 		// With notes, that read marks the task watched (ledger.Watcher),
-		// so that the store sends its state notes.
+		// so that the store sends its state notes; with Follow, a task
+		// already terminal too (FollowTask), since a replay's end is
+		// still to be heard.
 		get := c.l.Get
 		if w, ok := ledger.WatcherOf(c.l); ok && notes != nil {
 			get = w.WatchTask
+			if o.Follow {
+				get = w.FollowTask
+			}
 		}
 		t, err := get(ctx, id)
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -112,6 +113,15 @@ func fleetPublisher() int {
 		return 2
 	}
 	logPath := filepath.Join(os.Getenv(fleetDirEnv), fmt.Sprintf("publisher-%d.log", pub))
+	// The parent closes stdin to stop it early (its test ended): the
+	// Enqueues under way finish, no other starts, and it closes its
+	// broker before it exits (fleetProc.stop).
+	var stopped atomic.Bool
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stopped.Store(true)
+	}()
+	defer closeFleetChild(b, L)
 	fmt.Println("READY")
 	var (
 		wg       sync.WaitGroup
@@ -127,10 +137,13 @@ func fleetPublisher() int {
 				mu.Lock()
 				failed := firstErr != nil
 				mu.Unlock()
-				if failed {
+				if failed || stopped.Load() {
 					continue // drain the keys left
 				}
 				for i := range per / 2 {
+					if stopped.Load() {
+						break
+					}
 					name := fmt.Sprintf("%d-%d-%d", k, pub, i)
 					began := time.Now().UnixNano()
 					_, err := c.Enqueue(ctx, fleetArgs{Name: name}, &switchyard.EnqueueOpts{Lane: fleetLane, OrderingKey: fleetKey(k)})
@@ -162,8 +175,21 @@ func fleetPublisher() int {
 		fmt.Printf("ERROR enqueue: %v\n", firstErr)
 		return 2
 	}
+	if stopped.Load() {
+		fmt.Println("STOPPED")
+		return 0
+	}
 	fmt.Println("DONE")
 	return 0
+}
+
+// closeFleetChild closes a child's broker and ledger before it exits, so
+// that its connections end cleanly, after every declaration it made.
+func closeFleetChild(b *broker.Broker, L ledger.Ledger) {
+	_ = b.Close()
+	if L != nil {
+		_ = L.Close()
+	}
 }
 
 // fleetConsumer runs a Server whose handler logs its start and finish.
@@ -199,22 +225,71 @@ func fleetConsumer() int {
 		return 2
 	}
 	fmt.Println("READY")
-	time.Sleep(time.Hour) // killed by the parent
-	return 3
+	// Until the parent SIGKILLs it (the crash the case is about) or
+	// closes its stdin (the end of the test, or the parent is gone): then
+	// it stops its Server and closes its broker, so that no declaration
+	// of a queue is under way when the parent's cleanup deletes them.
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := srv.Stop(sctx); err != nil {
+		fmt.Fprintf(os.Stderr, "fleet consumer: stop: %v\n", err)
+	}
+	closeFleetChild(b, L)
+	return 0
 }
 
 // fleetProc is a child process of the fleet case.
 type fleetProc struct {
-	cmd   *exec.Cmd
-	lines chan string // READY, DONE, REFUSED …, ERROR …
-	once  sync.Once
+	cmd    *exec.Cmd
+	stdin  io.Closer
+	lines  chan string   // READY, DONE, REFUSED …, ERROR …
+	exited chan struct{} // closed once the process has exited (cmd.Wait returned)
+	once   sync.Once
 }
 
+// kill SIGKILLs the process and waits for it to exit.
 func (p *fleetProc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// stop closes the process's stdin, which makes it finish what it is
+// doing (an Enqueue, a handler, a queue declaration), stop, close its
+// broker and exit; one that has not exited within d is SIGKILLed. It
+// returns once the process has exited, and reports whether it exited by
+// itself (a process already killed counts as such).
+func (p *fleetProc) stop(d time.Duration) (clean bool) {
+	clean = true
 	p.once.Do(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		_ = p.cmd.Wait()
+		_ = p.stdin.Close()
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		select {
+		case <-p.exited:
+		case <-timer.C:
+			clean = false
+			p.kill()
+		}
 	})
+	<-p.exited
+	return clean
+}
+
+// stopFleet stops every process at once (fleetProc.stop) and returns
+// once all have exited; it fails t for each that had to be killed.
+func stopFleet(t *testing.T, procs []*fleetProc) {
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !p.stop(30 * time.Second) {
+				t.Errorf("fleet process %d did not stop within 30s of its stdin closing: SIGKILLed", p.cmd.Process.Pid)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // TestOrderingFleet runs the fleet ordering case (see FleetOptions). Like
@@ -244,12 +319,27 @@ func TestOrderingFleet(t *testing.T, h *Harness, o FleetOptions) {
 		openLedger(t, dsn) // migrate it once, before the children race to
 	}
 	top := strings.SplitN(t.Name(), "/", 2)[0]
+	// Every process is stopped, and has exited, before the test's other
+	// cleanups run (they were registered before this one): the
+	// harness's may delete the namespace's queues, and deleting a queue
+	// that a process is declaring at that moment (one SIGKILLed mid-
+	// declaration leaves it to the broker to finish) can crash the
+	// broker's workers for it (RabbitMQ 3.10's dead-letter workers: two
+	// such crashes at once stop their supervisor for good; see
+	// adapters/rabbitmq/doc.go). So processes are stopped, not killed,
+	// at the end: each finishes its work, closes its broker and exits.
+	var procs []*fleetProc
+	t.Cleanup(func() { stopFleet(t, procs) })
 	start := func(mode string, extra ...string) *fleetProc {
 		cmd := exec.Command(os.Args[0], "-test.run=^"+top+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), childEnv+"="+mode, childURLEnv+"="+h.URL, childLedgerEnv+"="+dsn,
 			fleetDirEnv+"="+dir, fleetKeysEnv+"="+fmt.Sprintf("%d/%d", o.Keys, o.PerKey))
 		cmd.Env = append(cmd.Env, extra...)
 		cmd.Stderr = os.Stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -257,15 +347,20 @@ func TestOrderingFleet(t *testing.T, h *Harness, o FleetOptions) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		p := &fleetProc{cmd: cmd, lines: make(chan string, 8)}
+		p := &fleetProc{cmd: cmd, stdin: in, lines: make(chan string, 8), exited: make(chan struct{})}
 		go func() {
 			sc := bufio.NewScanner(out)
 			for sc.Scan() {
-				p.lines <- sc.Text()
+				select {
+				case p.lines <- sc.Text():
+				default: // nobody reads that many lines: drop
+				}
 			}
 			close(p.lines)
+			_ = cmd.Wait() // after the last read of out, as Wait requires
+			close(p.exited)
 		}()
-		t.Cleanup(p.kill)
+		procs = append(procs, p)
 		return p
 	}
 	wait := func(p *fleetProc, what string, d time.Duration) string {
@@ -359,9 +454,7 @@ func TestOrderingFleet(t *testing.T, h *Harness, o FleetOptions) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	took := time.Since(began)
-	for _, c := range consumers {
-		c.kill()
-	}
+	stopFleet(t, procs) // every handler has returned, every log is complete
 	checkFleetLogs(t, dir, total, killedPid, killedAt)
 	t.Logf("%d tasks over %d keys, 2 publishers and 3 consumers (one killed): done in %v", total, o.Keys, took.Round(time.Millisecond))
 }

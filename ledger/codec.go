@@ -92,6 +92,14 @@ func (c codecWatcher) WatchTask(ctx context.Context, id string) (*Task, error) {
 	return c.l.openTask(ctx, t)
 }
 
+func (c codecWatcher) FollowTask(ctx context.Context, id string) (*Task, error) {
+	t, err := c.w.FollowTask(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	return c.l.openTask(ctx, t)
+}
+
 // Unwrap returns the ledger WithCodec wrapped.
 func (l *codecLedger) Unwrap() Ledger { return l.Ledger }
 

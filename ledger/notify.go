@@ -59,6 +59,11 @@ type Watcher interface {
 	// a task that is not terminal, so hears of its end. An unknown task
 	// is ErrNotFound (it is not created).
 	WatchTask(ctx context.Context, id string) (*Task, error)
+	// FollowTask is WatchTask for a reader that keeps waiting past the
+	// task's end (Client.Watch with Follow: a dead or failed task may be
+	// replayed): it marks the task watched whatever its state, a terminal
+	// one too, so that a later run's end sends its state note as well.
+	FollowTask(ctx context.Context, id string) (*Task, error)
 }
 
 // WatcherOf returns L's Watcher, looking through wrappers that have an

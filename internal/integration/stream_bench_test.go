@@ -57,6 +57,16 @@ func (l *countingLedger) WatchTask(ctx context.Context, id string) (*ledger.Task
 	return w.WatchTask(ctx, id)
 }
 
+// FollowTask counts as a Get too (Watch with Follow).
+func (l *countingLedger) FollowTask(ctx context.Context, id string) (*ledger.Task, error) {
+	l.gets.Add(1)
+	w, ok := ledger.WatcherOf(l.Ledger)
+	if !ok {
+		return l.Ledger.Get(ctx, id)
+	}
+	return w.FollowTask(ctx, id)
+}
+
 // BenchmarkWatch_ChunkLatency measures the delay from a handler's Emit
 // returning to a Client.Watch in another ledger handle (as another
 // process would hold) yielding the chunk, per ledger store, with Watch's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -560,5 +561,86 @@ func TestWait_IgnoresStreamNotes(t *testing.T) {
 	}
 	if g := counted.gets.Load(); g > 5 {
 		t.Errorf("Wait read the task %d times for a task that emitted %d chunks", g, n)
+	}
+}
+
+// TestWatch_FollowReplay: a watcher that follows (WatchOpts.Follow) a
+// task already dead, from another ledger handle and with an hour's
+// polling interval, hears the end of its run after an operator replays it
+// (Client.ReplayDead): the watcher's first read marks the task watched
+// though it is terminal (ledger.Watcher.FollowTask), so the store sends
+// the note of the replayed run's end. Nothing else wakes the watcher (the
+// replay and the new run write no stream entry that notes), so without
+// the mark it would see the end only at its next poll, an hour later: the
+// test fails at its 30s bound.
+func TestWatch_FollowReplay(t *testing.T) {
+	t.Parallel()
+	for _, lk := range []string{"sqlite", "postgres"} {
+		t.Run(lk, func(t *testing.T) {
+			t.Parallel()
+			e := newStreamEnv(t, lk, "mem")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			srv := e.server(t)
+			var fixed atomic.Bool
+			_ = switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[streamArgs]) error {
+				if !fixed.Load() {
+					return switchyard.Permanent(errors.New("downstream is down"))
+				}
+				return nil
+			}, nil)
+			if err := srv.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Stop(context.Background())
+			res, err := e.c.Enqueue(ctx, streamArgs{}, &switchyard.EnqueueOpts{Lane: "interactive"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Not Client.Wait, which would mark the task watched while it
+			// runs: read the ledger until the task is dead and the broker
+			// has its dead letter.
+			var last string
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				tk, err := e.L.Get(ctx, res.ID)
+				s, serr := e.b.Stats(ctx, "interactive")
+				if err == nil && tk.State == ledger.Dead && serr == nil && s.DeadLettered == 1 {
+					break
+				}
+				if tk != nil {
+					last = fmt.Sprintf("task %s (%v), stats %+v (%v)", tk.State, err, s, serr)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the task is not dead, with its dead letter, within 20s: %s", last)
+				}
+			}
+			fixed.Store(true)
+			watcher := e.reopen(t)
+			var states []ledger.State
+			replayed := false
+			for ev, err := range watcher.Watch(ctx, res.ID, 0, &switchyard.WatchOpts{Follow: true, Interval: time.Hour}) {
+				if err != nil {
+					t.Fatalf("watch (states so far %v; the replayed run's end did not wake the watcher?): %v", states, err)
+				}
+				if ev.Kind != ledger.StreamState {
+					continue
+				}
+				states = append(states, ev.State)
+				if ev.State == ledger.Dead && !replayed {
+					// The watcher has read the task (its stream comes
+					// after that read): replay it now.
+					replayed = true
+					if n, err := e.c.ReplayDead(ctx, "interactive", 0, "operator:test"); err != nil || n != 1 {
+						t.Fatalf("ReplayDead = %d, %v", n, err)
+					}
+				}
+				if ev.State == ledger.Completed {
+					break
+				}
+			}
+			if !replayed || states[len(states)-1] != ledger.Completed {
+				t.Fatalf("states %v: want dead, then the replayed run's completed", states)
+			}
+		})
 	}
 }

@@ -70,6 +70,7 @@ var Cases = []Case{
 	{"NotesStream", NotesStream},
 	{"NotesClosed", NotesClosed},
 	{"WatchTask", WatchTask},
+	{"FollowTask", FollowTask},
 	{"RaceWatchEnd", RaceWatchEnd},
 }
 

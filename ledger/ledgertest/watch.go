@@ -97,6 +97,59 @@ func WatchTask(t *testing.T, mk Maker) {
 	}
 }
 
+// FollowTask: a task followed after its end (Client.Watch with Follow)
+// is marked all the same: once an operator replays it, its next end
+// (EndRun's, the full statement: its row holds the earlier end) sends
+// its note. Following a task already watched, or an unknown one (not
+// found, and not created), is as WatchTask.
+func FollowTask(t *testing.T, mk Maker) {
+	l := mk(t)
+	n := notesOf(t, l)
+	w := watcherOf(t, l)
+	c := ctx(t)
+	a := mustCreate(t, l, newTask(t))
+	if _, err := l.BeginRun(c, ledger.RunStart{ID: a.ID, Attempt: 1, Worker: "w", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := endRun(c, l, a.ID, 1, ledger.Dead); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.FollowTask(c, a.ID)
+	if err != nil || got.ID != a.ID || got.State != ledger.Dead || string(got.Args) != string(a.Args) {
+		t.Fatalf("FollowTask of a dead task: %+v %v", got, err)
+	}
+	if got, err := w.FollowTask(c, a.ID); err != nil || got.State != ledger.Dead {
+		t.Fatalf("FollowTask again: %+v %v", got, err)
+	}
+	ch, err := n.Listen(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustTransition(t, l, a.ID, ledger.Queued, "replay")
+	if _, err := l.BeginRun(c, ledger.RunStart{ID: a.ID, Attempt: 2, Worker: "w", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := endRun(c, l, a.ID, 2, ledger.Completed); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		nt := nextNote(t, ch, a.ID) // (a store that notes every move may send the dead one late)
+		if nt.Topic == ledger.TopicState && nt.State == ledger.Completed {
+			break
+		}
+		if nt.Topic != ledger.TopicState || nt.State != ledger.Dead {
+			t.Fatalf("note of a followed task's end after a replay: %+v, want state completed", nt)
+		}
+	}
+	ghost := broker.NewID()
+	if _, err := w.FollowTask(c, ghost); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("FollowTask of an unknown task: %v, want ErrNotFound", err)
+	}
+	if _, err := l.Get(c, ghost); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("Get after FollowTask of an unknown task: %v, want ErrNotFound", err)
+	}
+}
+
 // waitEnd is Client.Wait's protocol on the ledger: listen, watch (the
 // first read), and read again on a note about id or a gap, until the task
 // is terminal; a wake-up that does not come within 10s is an error.

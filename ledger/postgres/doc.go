@@ -66,7 +66,7 @@
 //     move is refused), and the event of its move (schema 15: its row is
 //     written when the next EndRun replaces it; the statement sends the
 //     move's note itself, schema 16: only for a task marked watched —
-//     WatchTask, which Client.Wait and Client.Watch call — or a move to
+//     WatchTask or FollowTask, which Client.Wait and Client.Watch call — or a move to
 //     cancelled, so that the listeners, every Server's among them, are
 //     not woken at every task's end). A completed task is one row. A task's updates
 //     touch no indexed column (fillfactor 30), so they are HOT.

@@ -79,13 +79,20 @@ var _ ledger.Watcher = (*Store)(nil)
 // so before the snapshot. A row the snapshot has unmarked and live was
 // changed meanwhile by another transaction (the update waited and
 // skipped it): WatchTask asks again.
-const watchTaskSQL = `WITH u AS (
+//
+// followTaskSQL (FollowTask) marks the task whatever its state, a
+// terminal one too: its answer stands only when watched.
+var watchTaskSQL, followTaskSQL = watchSQL(` AND state NOT IN ('completed', 'failed', 'dead', 'rejected', 'cancelled')`), watchSQL("")
+
+func watchSQL(live string) string {
+	return `WITH u AS (
 		UPDATE ledger_tasks SET watched = true
-		WHERE id = $1 AND NOT watched AND state NOT IN ('completed', 'failed', 'dead', 'rejected', 'cancelled')
+		WHERE id = $1 AND NOT watched` + live + `
 		RETURNING ` + taskCols + `)
 	SELECT ` + taskCols + `, true FROM u
 	UNION ALL
 	SELECT ` + taskCols + `, watched FROM ledger_tasks WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM u)`
+}
 
 // scanExtra is a row whose Scan fills extra after the caller's
 // destinations.
@@ -100,16 +107,31 @@ func (r scanExtra) Scan(dest ...any) error { return r.Row.Scan(append(dest, r.ex
 // again (at most a few times, then the row is marked whatever its state)
 // when a concurrent move made its answer unusable.
 func (s backend) WatchTask(ctx context.Context, op, id string) (*ledger.Task, error) {
+	return s.watchTask(ctx, op, id, false)
+}
+
+// FollowTask implements front.Backend: WatchTask's statement without its
+// exception for a terminal task (followTaskSQL), so that a later run's
+// end (after a replay) notes too.
+func (s backend) FollowTask(ctx context.Context, op, id string) (*ledger.Task, error) {
+	return s.watchTask(ctx, op, id, true)
+}
+
+func (s backend) watchTask(ctx context.Context, op, id string, follow bool) (*ledger.Task, error) {
+	q := watchTaskSQL
+	if follow {
+		q = followTaskSQL
+	}
 	for range 3 {
 		var watched bool
-		t, err := scanTask(scanExtra{s.pool.QueryRow(ctx, watchTaskSQL, id), []any{&watched}})
+		t, err := scanTask(scanExtra{s.pool.QueryRow(ctx, q, id), []any{&watched}})
 		if isNoRows(err) {
 			return nil, store.NotFound(op, "task %s", id)
 		}
 		if err != nil {
 			return nil, classify(op, err, false)
 		}
-		if watched || t.State.Terminal() {
+		if watched || !follow && t.State.Terminal() {
 			return t, nil
 		}
 	}

@@ -48,6 +48,11 @@ func (s backend) WatchTask(ctx context.Context, op, id string) (*ledger.Task, er
 	return s.Get(ctx, op, id)
 }
 
+// FollowTask implements front.Backend: Get, as WatchTask.
+func (s backend) FollowTask(ctx context.Context, op, id string) (*ledger.Task, error) {
+	return s.Get(ctx, op, id)
+}
+
 // Listen implements front.Backend.
 func (s backend) Listen(ctx context.Context, op string) (<-chan ledger.Note, error) {
 	s.hubOnce.Do(func() { s.hub = &store.Hub{Run: s.pollNotes} })

@@ -127,7 +127,7 @@ func (o *Options) withDefaults() (Options, error) {
 //   - ledger.Servers: RegisterServer, RemoveServer, PruneServers,
 //     ListServers; ledger.History: RecordHistory, ListHistory,
 //     PruneHistory; ledger.Notes: Notify, Listen; ledger.Watcher:
-//     WatchTask;
+//     WatchTask, FollowTask;
 //   - ledger.StreamStore: AppendStream, ReadStream, LatestProgress,
 //     PruneStreams, PutWait, GetWait, SignalWait, ExpireWait, FindWait;
 //   - ledger.Outbox: CreateTx, CreateOutbox, ClaimOutbox, DoneOutbox,

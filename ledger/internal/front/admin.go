@@ -147,6 +147,18 @@ func (f *Front) WatchTask(ctx context.Context, id string) (*ledger.Task, error) 
 	return f.b.WatchTask(ctx, op, id)
 }
 
+// FollowTask implements ledger.Watcher.
+func (f *Front) FollowTask(ctx context.Context, id string) (*ledger.Task, error) {
+	op := f.op("follow task")
+	if err := store.ID(op, id); err != nil {
+		return nil, err
+	}
+	if err := f.check(op); err != nil {
+		return nil, err
+	}
+	return f.b.FollowTask(ctx, op, id)
+}
+
 // Listen implements ledger.Notes.
 func (f *Front) Listen(ctx context.Context) (<-chan ledger.Note, error) {
 	op := f.op("listen")

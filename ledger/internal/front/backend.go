@@ -86,6 +86,9 @@ type Backend interface {
 	Listen(ctx context.Context, op string) (<-chan ledger.Note, error)
 	// WatchTask (ledger.Watcher): the task, once marked watched.
 	WatchTask(ctx context.Context, op, id string) (*ledger.Task, error)
+	// FollowTask (ledger.Watcher): the task, once marked watched
+	// whatever its state.
+	FollowTask(ctx context.Context, op, id string) (*ledger.Task, error)
 
 	// Streams and waits (ledger.StreamStore).
 

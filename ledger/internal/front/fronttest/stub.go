@@ -191,6 +191,11 @@ func (b *Stub) WatchTask(_ context.Context, op, _ string) (*ledger.Task, error) 
 	return nil, nil
 }
 
+func (b *Stub) FollowTask(_ context.Context, op, _ string) (*ledger.Task, error) {
+	b.hit(op)
+	return nil, nil
+}
+
 func (b *Stub) Listen(_ context.Context, op string) (<-chan ledger.Note, error) {
 	b.hit(op)
 	return nil, nil
