@@ -542,9 +542,10 @@ const closeAdminWait = 5 * time.Second
 // message comes back when its lease would have ended), waits up to
 // closeAdminWait for administrative operations in progress (declarations
 // and deletions, including those whose caller gave up) to be answered, and
-// closes the connection. It is safe to call twice, and from several
-// goroutines; one administrative operation that does not end in time (or a
-// Close called from inside one) only delays it by closeAdminWait.
+// closes the connection. It is safe to call more than once (later calls
+// return at once) and from inside an administrative operation: an
+// operation that does not end in time, as one that is closing the driver
+// itself, only delays Close by closeAdminWait, with a warning.
 func (d *Driver) Close() error {
 	if d.closed.Swap(true) {
 		return nil
