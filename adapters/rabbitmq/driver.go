@@ -37,6 +37,17 @@ type Driver struct {
 	// publish to a declared lane builds no names or arguments.
 	lanes sync.Map
 
+	// ops counts the administrative operations in progress (withAdmin),
+	// including those whose caller gave up: Close waits for them before it
+	// closes the connection (see adminOps).
+	ops adminOps
+	// closeHook, when set (tests), runs when Close starts waiting for n
+	// administrative operations.
+	closeHook func(n int)
+	// adminWait bounds how long Close waits for administrative operations
+	// in progress (closeAdminWait unless a test sets it).
+	adminWait time.Duration
+
 	consMu    sync.Mutex
 	consumers map[string]*consumer // by queue name
 
@@ -82,17 +93,33 @@ func (d *Driver) Capabilities() broker.Capabilities {
 // withAdmin runs f on the shared administrative channel (declares, passive
 // declares, deletes). Operations on it are serialised. A channel-level error
 // (404, 406) closes the channel on the broker side; it is reopened next time.
+//
+// The operation is counted in d.ops from before it starts until f returns,
+// even when its caller gave up, so that Close can wait for it: a
+// connection closed while a quorum queue's declaration is still being
+// completed by the broker leaves a dead-letter worker that crashes if the
+// queue is deleted then (see "Limits of the server" in the package
+// documentation). Once Close has begun waiting, new operations fail with
+// ErrClosed, and queued ones that have not reached the channel yet give
+// up without sending anything.
 func (d *Driver) withAdmin(ctx context.Context, op string, f func(ch *amqp.Channel) error) error {
 	s, err := d.conn.current(op)
 	if err != nil {
 		return err
 	}
+	if !d.ops.begin() {
+		return broker.ClosedError(op)
+	}
 	// Detached: a caller that gives up leaves the operation to finish, so
 	// that the next one never sends on the channel while an RPC of the
 	// last one still waits for its reply.
 	_, err = detached(ctx, op, func(context.Context) (struct{}, error) {
+		defer d.ops.end()
 		d.adminMu.Lock()
 		defer d.adminMu.Unlock()
+		if d.ops.isClosing() {
+			return struct{}{}, broker.ClosedError(op)
+		}
 		if d.admin == nil || d.adminGen != s.gen || d.admin.IsClosed() {
 			ch, err := s.conn.Channel()
 			if err != nil {
@@ -108,6 +135,59 @@ func (d *Driver) withAdmin(ctx context.Context, op string, f func(ch *amqp.Chann
 		return struct{}{}, classify(op, err)
 	}, nil)
 	return err
+}
+
+// adminOps counts the administrative operations in progress. A
+// sync.WaitGroup does not fit: operations may begin while Close waits.
+type adminOps struct {
+	mu      sync.Mutex
+	n       int
+	closing bool
+	idle    chan struct{} // closed when n reaches 0 after close began
+}
+
+// begin counts one operation in; false once close has begun.
+func (a *adminOps) begin() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closing {
+		return false
+	}
+	a.n++
+	return true
+}
+
+// end counts one operation out.
+func (a *adminOps) end() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.n--
+	if a.n == 0 && a.idle != nil {
+		close(a.idle)
+		a.idle = nil
+	}
+}
+
+// isClosing reports whether close has begun.
+func (a *adminOps) isClosing() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.closing
+}
+
+// close refuses new operations and returns a channel closed when none is
+// left in progress (at once when none is), and how many were.
+func (a *adminOps) close() (<-chan struct{}, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.closing = true
+	idle := make(chan struct{})
+	if a.n == 0 {
+		close(idle)
+	} else {
+		a.idle = idle
+	}
+	return idle, a.n
 }
 
 // declare declares a durable queue once per connection generation.
@@ -454,9 +534,18 @@ func (d *Driver) deleteLanes(ctx context.Context, lanes ...string) error {
 	return nil
 }
 
+// closeAdminWait bounds how long Close waits for administrative
+// operations in progress.
+const closeAdminWait = 5 * time.Second
+
 // Close returns prefetched messages and live leases to the broker (a leased
-// message comes back when its lease would have ended) and closes the
-// connection. It is safe to call twice.
+// message comes back when its lease would have ended), waits up to
+// closeAdminWait for administrative operations in progress (declarations
+// and deletions, including those whose caller gave up) to be answered, and
+// closes the connection. It is safe to call more than once (later calls
+// return at once) and from inside an administrative operation: an
+// operation that does not end in time, as one that is closing the driver
+// itself, only delays Close by closeAdminWait, with a warning.
 func (d *Driver) Close() error {
 	if d.closed.Swap(true) {
 		return nil
@@ -478,6 +567,24 @@ func (d *Driver) Close() error {
 		}()
 	}
 	wg.Wait()
+	// After the consumers: returning leases may declare delay queues.
+	idle, n := d.ops.close()
+	if n > 0 {
+		if d.closeHook != nil {
+			d.closeHook(n)
+		}
+		wait := d.adminWait
+		if wait <= 0 {
+			wait = closeAdminWait
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-idle:
+		case <-t.C:
+			d.log.Warn("rabbitmq: closing with administrative operations still in progress", "addr", d.cfg.addr, "wait", wait)
+		}
+		t.Stop()
+	}
 	d.conn.close()
 	return nil
 }
