@@ -99,3 +99,59 @@ func TestArrayKinds_NoFunctionScan(t *testing.T) {
 		}
 	}
 }
+
+// TestReadArray_ByID: a byID array statement's rows go to their writes by
+// the task ID in their first column, whatever their order; a write with
+// no row gets no rows; a row whose ID is not one of the writes', or that
+// comes twice, is an error.
+func TestReadArray_ByID(t *testing.T) {
+	dsn := testenv.Postgres.Endpoint(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+
+	got := map[string]string{}
+	reqs := func(ids ...string) []*groupReq {
+		var rs []*groupReq
+		for _, id := range ids {
+			rs = append(rs, &groupReq{args: []any{id, "other argument"}, scan: func(r pgx.Row) error {
+				var id2, n string
+				if err := r.Scan(&id2, &n); err != nil {
+					return err
+				}
+				got[id] = id2 + "/" + n
+				return nil
+			}})
+		}
+		return rs
+	}
+	read := func(rows []string, rs []*groupReq) error {
+		t.Helper()
+		q, err := conn.Query(ctx, `SELECT id, 'n' || o FROM unnest($1::text[]) WITH ORDINALITY AS v(id, o) ORDER BY o`, rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return readArray(q, rs, true)
+	}
+
+	rs := reqs("a", "b", "c")
+	if err := read([]string{"c", "a"}, rs); err != nil {
+		t.Fatal(err)
+	}
+	if got["a"] != "a/n2" || got["c"] != "c/n1" || rs[0].err != nil || rs[2].err != nil {
+		t.Errorf("rows: %v, errors a %v, c %v; want a/n2 and c/n1", got, rs[0].err, rs[2].err)
+	}
+	if _, ok := got["b"]; ok || rs[1].err != pgx.ErrNoRows {
+		t.Errorf("write b without a row: %q, %v; want ErrNoRows", got["b"], rs[1].err)
+	}
+	if err := read([]string{"a", "z"}, reqs("a", "b")); err == nil || !strings.Contains(err.Error(), `"z"`) {
+		t.Errorf("a row of task z: %v, want an error naming it", err)
+	}
+	if err := read([]string{"a", "a"}, reqs("a", "b")); err == nil {
+		t.Error("two rows of task a: no error")
+	}
+}

@@ -289,7 +289,7 @@ func (s *Store) runGroup(rs []*groupReq) {
 		if st.kind != nil {
 			rows, err := br.Query()
 			if err == nil {
-				err = readArray(rows, st.reqs)
+				err = readArray(rows, st.reqs, st.kind.byID)
 			}
 			if err != nil {
 				for _, r := range st.reqs {
