@@ -15,9 +15,7 @@ import (
 // writes' arguments go in as arrays, one per argument of the single
 // statement ($k is the array of every write's k-th argument), unnested
 // into one row per write with its ordinal (argRows), and every row the statement returns starts with the
-// ordinal of its write, followed by the single statement's columns (or,
-// for a kind with byID, is the single statement's columns alone, the
-// first the write's task ID). A
+// ordinal of its write, followed by the single statement's columns. A
 // write that gets no row is refused exactly as its single statement would
 // refuse it (its guard on the task's state or attempt did not hold, or
 // its key was taken): the caller sees no rows and does what it does after
@@ -48,8 +46,7 @@ type batchKind struct {
 	single string
 	// array is the statement for several: $k is the array of the
 	// writes' k-th arguments; each row returned starts with the write's
-	// ordinal (1-based, bigint) and then has single's columns (byID:
-	// single's columns alone).
+	// ordinal (1-based, bigint) and then has single's columns.
 	array string
 	// conv, when set, maps one write's arguments to the array
 	// statement's elements (an argument that is itself an array).
@@ -57,11 +54,6 @@ type batchKind struct {
 	// ordinals: the array statement takes one more argument, the
 	// writes' ordinals 1…n as a bigint array (argRows).
 	ordinals bool
-	// byID: the array statement's rows do not start with the ordinal but
-	// are single's columns alone, the first of them the write's task ID
-	// (its first argument, unique among an array statement's writes:
-	// planGroup), by which readArray finds its write.
-	byID bool
 }
 
 // arrays builds the array statement's arguments from its writes'.
@@ -211,27 +203,11 @@ const arrayPlanSQL = `SELECT set_config('enable_seqscan', 'off', true), set_conf
 // readArray hands each row of an array statement to its write's scan and
 // reports no rows to the writes that got none. An error reading the rows
 // is returned (the caller makes it every write's).
-func readArray(rows pgx.Rows, rs []*groupReq, byID bool) error {
+func readArray(rows pgx.Rows, rs []*groupReq) error {
 	defer rows.Close()
 	got := make([]bool, len(rs))
-	var ids map[string]int64
-	if byID {
-		ids = make(map[string]int64, len(rs))
-		for i, r := range rs {
-			id, _ := r.args[0].(string)
-			ids[id] = int64(i + 1)
-		}
-	}
 	for rows.Next() {
-		var (
-			i   int64
-			err error
-		)
-		if byID {
-			i, err = rowID(rows, ids)
-		} else {
-			i, err = rowOrdinal(rows)
-		}
+		i, err := rowOrdinal(rows)
 		if err != nil {
 			rows.Close()
 			return err
@@ -243,11 +219,7 @@ func readArray(rows pgx.Rows, rs []*groupReq, byID bool) error {
 		got[i-1] = true
 		r := rs[i-1]
 		if r.scan != nil {
-			if byID {
-				r.err = r.scan(rows)
-			} else {
-				r.err = r.scan(ordRow{rows})
-			}
+			r.err = r.scan(ordRow{rows})
 		}
 	}
 	rows.Close()
@@ -276,20 +248,6 @@ func rowOrdinal(rows pgx.Rows) (int64, error) {
 		return int64(binary.BigEndian.Uint64(raw[0])), nil
 	}
 	return strconv.ParseInt(string(raw[0]), 10, 64)
-}
-
-// rowID finds the write of the current row by its first column, the
-// task ID (text: its bytes are the same in either format code).
-func rowID(rows pgx.Rows, ids map[string]int64) (int64, error) {
-	raw := rows.RawValues()
-	if len(raw) == 0 || raw[0] == nil {
-		return 0, fmt.Errorf("postgres: array statement returned a row without its task ID")
-	}
-	i, ok := ids[string(raw[0])]
-	if !ok {
-		return 0, fmt.Errorf("postgres: array statement returned task %q, not one of its writes", raw[0])
-	}
-	return i, nil
 }
 
 // ordRow is the current row of an array statement without its ordinal.

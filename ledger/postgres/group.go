@@ -289,7 +289,7 @@ func (s *Store) runGroup(rs []*groupReq) {
 		if st.kind != nil {
 			rows, err := br.Query()
 			if err == nil {
-				err = readArray(rows, st.reqs, st.kind.byID)
+				err = readArray(rows, st.reqs)
 			}
 			if err != nil {
 				for _, r := range st.reqs {

@@ -60,30 +60,26 @@ func tsOrNil(t time.Time) any {
 
 // createKind is Create's write: the task's row, unless its ID or its
 // (tenant, idempotency key) is taken. In a group, all Creates are one
-// INSERT … SELECT over the unnested arguments (argRows, batch.go), in the
-// writes' order (so of two Creates of one key the first wins, as in
-// serial order). Its rows are the inserted tasks', each read back to its
-// write by the task's ID (byID), not joined to the arguments for the
-// ordinal: the statement is a plain INSERT with no CTE, so the
-// arguments are read once and no join or CTE scan runs (docs/BENCHMARKS.md,
-// "fourteenth pass … round 2").
+// INSERT … SELECT over the unnested arguments (argRows, batch.go).
 var createKind = &batchKind{
 	ordinals: true,
-	byID:     true,
 	name:     "create",
 	single: `INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, $16, $16, NULL, 1)
 		ON CONFLICT DO NOTHING
 		RETURNING ` + taskCols,
-	array: `INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
-		SELECT id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
-			run_at, deadline, metadata::jsonb, result, last_error, created_at, created_at, NULL::timestamptz, 1
-		FROM (` + argRows("id text", "tenant text", "idem_key text", "kind text", "lane text", "ordering_key text", "args bytea",
+	array: `WITH v AS (
+			` + argRows("id text", "tenant text", "idem_key text", "kind text", "lane text", "ordering_key text", "args bytea",
 		"state text", "attempt integer", "max_attempts integer", "run_at timestamptz", "deadline timestamptz", "metadata text",
-		"result bytea", "last_error text", "created_at timestamptz") + `) v
-		ORDER BY ord
-		ON CONFLICT DO NOTHING
-		RETURNING ` + taskCols,
+		"result bytea", "last_error text", "created_at timestamptz") + `),
+		ins AS (
+			INSERT INTO ledger_tasks (` + taskCols + `, event_seq)
+			SELECT id, tenant, idem_key, kind, lane, ordering_key, args, state, attempt, max_attempts,
+				run_at, deadline, metadata::jsonb, result, last_error, created_at, created_at, NULL::timestamptz, 1
+			FROM v ORDER BY ord
+			ON CONFLICT DO NOTHING
+			RETURNING ` + taskCols + `)
+		SELECT v.ord, ` + tTaskCols + ` FROM ins t JOIN v ON v.id = t.id`,
 }
 
 // Create implements front.Backend with INSERT … ON CONFLICT DO NOTHING.
