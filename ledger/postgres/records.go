@@ -168,16 +168,16 @@ func (s backend) GetStep(ctx context.Context, op string, taskID, name string) ([
 }
 
 // putStepKind is PutStep's write; in a group, all of them are one
-// INSERT … SELECT FROM unnest (batch.go).
+// INSERT … SELECT over the unnested arguments (argRows, batch.go).
 var putStepKind = &batchKind{
-	name: "put step",
+	ordinals: true,
+	name:     "put step",
 	single: `WITH ins AS (
 			INSERT INTO ledger_steps (task_id, name, output, created_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (task_id, name) DO NOTHING RETURNING output)
 		SELECT output FROM ins`,
 	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::timestamptz[])
-				WITH ORDINALITY AS v(task_id, name, output, created_at, ord)),
+			` + argRows("task_id text", "name text", "output bytea", "created_at timestamptz") + `),
 		ins AS (
 			INSERT INTO ledger_steps (task_id, name, output, created_at)
 			SELECT task_id, name, output, created_at FROM v ORDER BY task_id, name
@@ -218,14 +218,14 @@ func scanEffect(taskID string, r pgx.Row) (ledger.Effect, error) {
 }
 
 // beginEffectKind is BeginEffect's write; in a group, all of them are one
-// INSERT … SELECT FROM unnest (batch.go).
+// INSERT … SELECT over the unnested arguments (argRows, batch.go).
 var beginEffectKind = &batchKind{
-	name: "begin effect",
+	ordinals: true,
+	name:     "begin effect",
 	single: `INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $5) ON CONFLICT (task_id, key) DO NOTHING RETURNING ` + effectCols,
 	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::timestamptz[])
-				WITH ORDINALITY AS v(task_id, key, state, attempt, at, ord)),
+			` + argRows("task_id text", "key text", "state text", "attempt integer", "at timestamptz") + `),
 		ins AS (
 			INSERT INTO ledger_effects (task_id, key, state, attempt, created_at, updated_at)
 			SELECT task_id, key, state, attempt, at, at FROM v ORDER BY task_id, key
@@ -254,14 +254,14 @@ func (s backend) BeginEffect(ctx context.Context, op string, taskID, key string,
 }
 
 // setEffectKind is SetEffect's write; in a group, all of them are one
-// UPDATE … FROM unnest (batch.go).
+// UPDATE … FROM the unnested arguments (argRows, batch.go).
 var setEffectKind = &batchKind{
-	name: "set effect",
+	ordinals: true,
+	name:     "set effect",
 	single: `UPDATE ledger_effects SET state = $3, result = COALESCE($4::bytea, result), updated_at = $5
 		WHERE task_id = $1 AND key = $2 AND state <> 'confirmed' RETURNING 1`,
 	array: `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::timestamptz[])
-				WITH ORDINALITY AS v(task_id, key, state, result, at, ord))
+			` + argRows("task_id text", "key text", "state text", "result bytea", "at timestamptz") + `)
 		UPDATE ledger_effects e SET state = v.state, result = COALESCE(v.result, e.result), updated_at = v.at
 		FROM v WHERE e.task_id = v.task_id AND e.key = v.key AND e.state <> 'confirmed'
 		RETURNING v.ord, 1`,
