@@ -121,3 +121,32 @@ func benchBackend(b *testing.B) (*Store, *pgx.Conn, func() float64) {
 	}
 	return s, c, cpu
 }
+
+// sendArray runs one array statement of kind k over rs on c, as a group
+// does (arrayPlanSQL first, one pgx batch), and fails b unless every
+// write got its row.
+func sendArray(ctx context.Context, b *testing.B, c *pgx.Conn, k *batchKind, sql string, rs []*groupReq) {
+	b.Helper()
+	bt := &pgx.Batch{}
+	bt.Queue(arrayPlanSQL)
+	bt.Queue(sql, k.arrays(rs)...)
+	br := c.SendBatch(ctx, bt)
+	if _, err := br.Exec(); err != nil {
+		b.Fatal(err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		b.Fatal(err)
+	}
+	got := 0
+	for rows.Next() {
+		got++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || got != len(rs) {
+		b.Fatalf("%d rows of %d: %v", got, len(rs), err)
+	}
+	if err := br.Close(); err != nil {
+		b.Fatal(err)
+	}
+}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
@@ -47,28 +45,7 @@ func BenchmarkCreateArray(b *testing.B) {
 					for j := range rs {
 						rs[j] = &groupReq{args: []any{broker.NewID(), "", "", "k", "batch", "", []byte(`{"n":1}`), "queued", 0, 0, nil, nil, nil, nil, "", now}}
 					}
-					bt := &pgx.Batch{}
-					bt.Queue(arrayPlanSQL)
-					bt.Queue(sql, k.arrays(rs)...)
-					br := c.SendBatch(ctx, bt)
-					if _, err := br.Exec(); err != nil {
-						b.Fatal(err)
-					}
-					rows, err := br.Query()
-					if err != nil {
-						b.Fatal(err)
-					}
-					got := 0
-					for rows.Next() {
-						got++
-					}
-					rows.Close()
-					if err := rows.Err(); err != nil || got != len(rs) {
-						b.Fatalf("%d rows of %d: %v", got, len(rs), err)
-					}
-					if err := br.Close(); err != nil {
-						b.Fatal(err)
-					}
+					sendArray(ctx, b, c, k, sql, rs)
 				}
 				return cpu() - c0
 			}

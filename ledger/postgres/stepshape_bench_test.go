@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/switchyard-dev/switchyard/broker"
 )
 
@@ -72,28 +70,7 @@ func BenchmarkStepArray(b *testing.B) {
 				for i := range rs {
 					rs[i] = &groupReq{args: args(i)}
 				}
-				bt := &pgx.Batch{}
-				bt.Queue(arrayPlanSQL)
-				bt.Queue(sql, k.arrays(rs)...)
-				br := c.SendBatch(ctx, bt)
-				if _, err := br.Exec(); err != nil {
-					b.Fatal(err)
-				}
-				rows, err := br.Query()
-				if err != nil {
-					b.Fatal(err)
-				}
-				got := 0
-				for rows.Next() {
-					got++
-				}
-				rows.Close()
-				if err := rows.Err(); err != nil || got != g {
-					b.Fatalf("%d rows of %d: %v", got, g, err)
-				}
-				if err := br.Close(); err != nil {
-					b.Fatal(err)
-				}
+				sendArray(ctx, b, c, k, sql, rs)
 			}
 			seq := 0
 			send := func(old bool, n int) float64 {
