@@ -73,19 +73,19 @@ func newHTTPFixture(t testing.TB) *httpFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.GreetArgs]) error {
+	admintest.Must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.GreetArgs]) error {
 		return tk.SetResult(map[string]string{"greeting": "hello " + tk.Args.Name})
 	}, nil))
-	must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.FlakyArgs]) error {
+	admintest.Must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.FlakyArgs]) error {
 		return errors.New(admintest.FlakyErrorText)
 	}, nil))
-	must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.RefundArgs]) error {
+	admintest.Must(t, switchyard.Register(srv, func(ctx context.Context, tk *switchyard.Task[admintest.RefundArgs]) error {
 		if tk.Review == nil {
 			return switchyard.AwaitApproval("refund above the automatic limit", "refund "+tk.Args.Order)
 		}
 		return nil
 	}, nil))
-	must(t, srv.Start(ctx))
+	admintest.Must(t, srv.Start(ctx))
 	enqueue := func(args switchyard.TaskArgs, opts *switchyard.EnqueueOpts) string {
 		t.Helper()
 		r, err := fx.client.Enqueue(ctx, args, opts)
@@ -144,7 +144,7 @@ func newHTTPFixture(t testing.TB) *httpFixture {
 		t.Fatal(err)
 	}
 	fx.acme = enqueue(admintest.GreetArgs{Name: "acme"}, &switchyard.EnqueueOpts{Lane: "interactive", Tenant: "acme"})
-	must(t, fx.client.PauseLane(ctx, "batch", "fixture"))
+	admintest.Must(t, fx.client.PauseLane(ctx, "batch", "fixture"))
 
 	fx.ops, err = admin.New(admin.Config{Broker: b, Ledger: L, Kinds: map[string]admin.KindSpec{
 		"test.greet": {Lane: "interactive", Validate: func(a json.RawMessage) error {
@@ -172,13 +172,6 @@ func newHTTPFixture(t testing.TB) *httpFixture {
 		t.Fatal(err)
 	}
 	return fx
-}
-
-func must(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // lanes is every lane that exists: the broker's, the paused ones.

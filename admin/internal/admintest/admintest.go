@@ -223,7 +223,7 @@ func NewWithSpend(t *testing.T, prefix string, sp spend.Reporter) *Env {
 }
 
 // Must fails the test on a non-nil err.
-func Must(t *testing.T, err error) {
+func Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
