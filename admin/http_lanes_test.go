@@ -70,6 +70,17 @@ func TestHandler_LaneEvents(t *testing.T) {
 	if got := get("lanes/scheduled/events", admintest.ReadSecret); len(got) != 0 {
 		t.Errorf("lanes/scheduled/events: %+v", got)
 	}
+	// A lane no configuration knows any more keeps its history readable;
+	// a lane that never existed is refused, as other lane lookups are.
+	if err := e.Client.PauseLane(e.Ctx, "retired", "operator:bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Client.ResumeLane(e.Ctx, "retired", "operator:bob"); err != nil {
+		t.Fatal(err)
+	}
+	if got := summary(get("lanes/retired/events", admintest.ReadSecret)); got != "retired resume operator:bob, retired pause operator:bob" {
+		t.Errorf("lanes/retired/events: %s", got)
+	}
 
 	for _, c := range []struct {
 		path, token string
@@ -84,6 +95,7 @@ func TestHandler_LaneEvents(t *testing.T) {
 		{"lane-events?limit=-1", admintest.ReadSecret, http.StatusBadRequest, "limit"},
 		{"lane-events?limit=x", admintest.ReadSecret, http.StatusBadRequest, "limit"},
 		{"lanes/-bad/events", admintest.ReadSecret, http.StatusBadRequest, "lane"},
+		{"lanes/nosuch/events", admintest.ReadSecret, http.StatusBadRequest, "unknown lane"},
 	} {
 		r := e.Call("GET", c.path, c.token, nil, nil)
 		if r.Status != c.status || !strings.Contains(string(r.Body), c.msg) {

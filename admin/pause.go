@@ -44,7 +44,24 @@ func (o *Ops) LaneEvents(ctx context.Context, sc Scope, lane string, limit int) 
 	if sc.Tenant != "" {
 		return nil, fmt.Errorf("%w: the lanes' history is shared by every tenant", ErrTenantScoped)
 	}
-	return o.client.LaneEvents(ctx, lane, limit)
+	if lane == "" {
+		return o.client.LaneEvents(ctx, "", limit)
+	}
+	if err := broker.ValidateName("lane", lane); err != nil {
+		return nil, err
+	}
+	es, err := o.client.LaneEvents(ctx, lane, limit)
+	if err != nil || len(es) > 0 {
+		return es, err
+	}
+	// No history: an empty list only for a lane that exists. A lane
+	// with history is answered whether or not it is still configured (a
+	// removed lane's pauses stay readable); a name no configuration
+	// knows is refused, as every other lane lookup refuses it.
+	if err := o.knownLane(ctx, lane); err != nil {
+		return nil, err
+	}
+	return es, nil
 }
 
 // pausedLanes maps each paused lane to who paused it; known is false (and
