@@ -50,6 +50,10 @@ type groupCommit struct {
 	max      int // Capabilities.MaxBatch; 0: unlimited
 	inFlight int // the most driver publishes at once; 0: no limit, no coalescing
 
+	// testLeading, when set (by tests), runs when a queued caller woken
+	// to publish next is about to form its group.
+	testLeading func()
+
 	mu    sync.Mutex
 	busy  int          // driver publishes in flight
 	queue []*pubWaiter // waiting, in arrival order; only while busy == inFlight
@@ -63,9 +67,9 @@ type pubWaiter struct {
 	// Set before done is closed.
 	res []PublishResult
 	err error
-	// lead is set instead when this waiter is to publish a group (its own
+	// leads is set instead when this waiter is to publish a group (its own
 	// batch first) on behalf of the others.
-	lead []*pubWaiter
+	leads bool
 	done chan struct{}
 }
 
@@ -90,10 +94,7 @@ func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishRe
 			return g.d.Publish(ctx, msgs)
 		}
 		w := &pubWaiter{ctx: ctx, msgs: msgs}
-		g.queue = append([]*pubWaiter{w}, g.queue...)
-		group := g.take()
-		g.mu.Unlock()
-		g.flush(group)
+		g.lead(w)
 		return w.res, w.err
 	}
 	w := &pubWaiter{ctx: ctx, msgs: msgs, done: make(chan struct{})}
@@ -115,15 +116,37 @@ func (g *groupCommit) publish(ctx context.Context, msgs []*Message) ([]PublishRe
 		// Taken: its outcome is on the way.
 		<-w.done
 	}
-	if w.lead != nil {
+	if w.leads {
 		defer g.handOff()
-		g.flush(w.lead)
+		// As above: the callers of the batch just published, on their way
+		// back with their next one, join this batch instead of the next.
+		runtime.Gosched()
+		if g.testLeading != nil {
+			g.testLeading()
+		}
+		g.mu.Lock()
+		g.lead(w)
 	}
 	return w.res, w.err
 }
 
-// handOff ends the caller's turn: the next group of queued batches goes to
-// the first of them to publish, or the publisher becomes idle.
+// lead publishes w's batch with the queued batches that fit with it
+// (take) and gives each its outcome. Called with mu held; returns with it
+// released.
+func (g *groupCommit) lead(w *pubWaiter) {
+	g.queue = append(g.queue, nil)
+	copy(g.queue[1:], g.queue)
+	g.queue[0] = w
+	group := g.take()
+	g.mu.Unlock()
+	g.flush(group)
+}
+
+// handOff ends the caller's turn: the first queued batch's caller is to
+// publish next, or the publisher becomes idle. That caller forms its group
+// when it runs, not here: the batches that arrive meanwhile — above all
+// those of the callers just served, coming back with their next one —
+// join it instead of waiting for the publish after it.
 func (g *groupCommit) handOff() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -131,9 +154,9 @@ func (g *groupCommit) handOff() {
 		g.busy--
 		return
 	}
-	group := g.take()
-	leader := group[0]
-	leader.lead = group
+	leader := g.queue[0]
+	g.queue = append(g.queue[:0], g.queue[1:]...)
+	leader.leads = true
 	close(leader.done)
 }
 

@@ -334,3 +334,51 @@ func TestGroupCommit_ConcurrentCallersGetTheirOwnResults(t *testing.T) {
 		t.Fatalf("not idle: busy=%v queue=%d", g.busy, len(g.queue))
 	}
 }
+
+// The caller woken to publish next forms its group when it runs, not when
+// it is woken: a batch that arrives in between — typically the next one of
+// a caller just served — goes in the same driver publish, not the one
+// after it.
+func TestGroupCommit_GroupFormedByTheLeaderWhenItRuns(t *testing.T) {
+	t.Parallel()
+	d := newGate()
+	g := &groupCommit{d: d, inFlight: 1}
+	ctx := context.Background()
+	first := goPublish(g, ctx, msgs("a", 1))
+	<-d.entered
+	b := goPublish(g, ctx, msgs("b", 1))
+	waitQueued(t, g, 1)
+	var c chan pubOut
+	g.testLeading = func() {
+		// b's caller has been woken to publish; a served caller comes back.
+		c = goPublish(g, ctx, msgs("c", 1))
+		waitQueued(t, g, 1)
+	}
+	// Every driver publish from here on is let through as it comes.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case d.release <- struct{}{}:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	if r := <-first; r.err != nil {
+		t.Fatalf("first: %+v", r)
+	}
+	if r := <-b; r.err != nil || r.rs[0].ID != "b0" {
+		t.Fatalf("b: %+v", r)
+	}
+	if r := <-c; r.err != nil || r.rs[0].ID != "c0" {
+		t.Fatalf("c: %+v", r)
+	}
+	d.mu.Lock()
+	got := fmt.Sprint(d.batches)
+	d.mu.Unlock()
+	if got != "[[a0] [b0 c0]]" {
+		t.Fatalf("driver batches %s, want [[a0] [b0 c0]]", got)
+	}
+}
