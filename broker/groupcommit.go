@@ -70,7 +70,7 @@ type pubWaiter struct {
 	// leads is set instead when this waiter is to publish a group (its own
 	// batch first) on behalf of the others.
 	leads bool
-	done chan struct{}
+	done  chan struct{}
 }
 
 // publish sends msgs (at most max of them) through the driver, coalesced
