@@ -36,7 +36,8 @@ func publishInFlight(d Driver) int {
 // PublishConcurrency): while inFlight Driver.Publish calls are in flight,
 // the batches of the calls that arrive are queued, and when one returns they
 // go out together in one Driver.Publish (up to MaxBatch) — one SQLite
-// transaction, one script call — instead of one each.
+// transaction, one script call — instead of one each, with those that
+// arrive until the first of them has formed its group (handOff).
 //
 // A caller that finds a free place publishes at once, so a lone caller
 // never waits; a queued caller waits at most for a publish in flight and
