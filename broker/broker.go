@@ -169,7 +169,7 @@ func New(d Driver, opts *Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{d: d, caps: d.Capabilities(), opts: o, orders: map[*Delivery]orderRef{}, fair: fair}
-	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch, inFlight: publishInFlight(d)}
+	b.pub = &groupCommit{d: d, max: b.caps.MaxBatch, inFlight: publishInFlight(d), late: lateGroupCommit(d)}
 	b.storeDedup = !b.caps.Dedup || opts != nil && opts.Dedup != nil && b.caps.DedupWindow > 0
 	if s := resolveSequencer(o, d); s != nil {
 		b.seq.Store(&seqBox{s})

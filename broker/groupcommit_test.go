@@ -341,15 +341,33 @@ func TestGroupCommit_ConcurrentCallersGetTheirOwnResults(t *testing.T) {
 // after it.
 func TestGroupCommit_GroupFormedByTheLeaderWhenItRuns(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		late bool
+		want string
+	}{
+		{true, "[[a0] [b0 c0]]"},
+		{false, "[[a0] [b0] [c0]]"}, // without LateGroupCommit: formed when woken
+	} {
+		t.Run(fmt.Sprint("late=", tc.late), func(t *testing.T) {
+			t.Parallel()
+			testGroupFormed(t, tc.late, tc.want)
+		})
+	}
+}
+
+func testGroupFormed(t *testing.T, late bool, want string) {
+	var comeBack func()
 	d := newGate()
-	g := &groupCommit{d: d, inFlight: 1}
+	g := &groupCommit{d: d, inFlight: 1, late: late}
 	ctx := context.Background()
 	first := goPublish(g, ctx, msgs("a", 1))
 	<-d.entered
 	b := goPublish(g, ctx, msgs("b", 1))
 	waitQueued(t, g, 1)
 	var c chan pubOut
-	g.testLeading = func() {
+	var once sync.Once
+	g.testLeading = func() { once.Do(comeBack) }
+	comeBack = func() {
 		// b's caller has been woken to publish; a served caller comes back.
 		// (Not waitQueued: this is the leader's goroutine, not the test's.)
 		c = goPublish(g, ctx, msgs("c", 1))
@@ -390,7 +408,7 @@ func TestGroupCommit_GroupFormedByTheLeaderWhenItRuns(t *testing.T) {
 	d.mu.Lock()
 	got := fmt.Sprint(d.batches)
 	d.mu.Unlock()
-	if got != "[[a0] [b0 c0]]" {
-		t.Fatalf("driver batches %s, want [[a0] [b0 c0]]", got)
+	if got != want {
+		t.Fatalf("driver batches %s, want %s", got, want)
 	}
 }
