@@ -131,17 +131,21 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
 	SELECT ` + taskCols + ` FROM u`
 
-// beginRunArgs and endRunArgs open the array forms of BeginRun and EndRun
-// (the full statements here, the lean ones in lean.go): the arguments of
-// every write in the group, one row each, in the order sent.
+// beginRunArgs and endRunArgs open the array forms of the full BeginRun
+// and EndRun: the arguments of every write in the group, one row each,
+// in the order sent.
 var (
 	beginRunArgs = `WITH v AS (
-			` + argRows("id text", "delivered integer", "lease_us bigint", "at timestamptz", "worker text", "start timestamptz") + `),`
+			` + beginRunArgRows + `),`
 	endRunArgs = `WITH v AS (
-			` + argRows("id text", "to_state text", "at timestamptz", "set_attempt integer", "set_result boolean", "result bytea",
+			` + endRunArgRows + `),`
+	// beginRunArgRows and endRunArgRows are their argument rows (the
+	// lean statements, lean.go, join them in FROM).
+	beginRunArgRows = argRows("id text", "delivered integer", "lease_us bigint", "at timestamptz", "worker text", "start timestamptz")
+	endRunArgRows   = argRows("id text", "to_state text", "at timestamptz", "set_attempt integer", "set_result boolean", "result bytea",
 		"last_error text", "run_at timestamptz", "from_states text", "reason text", "detail text", "actor text", "below integer",
 		"a_task text", "a_number integer", "a_worker text", "a_start timestamptz", "a_duration bigint", "a_outcome text",
-		"a_class text", "a_error text", "a_stack text") + `),`
+		"a_class text", "a_error text", "a_stack text")
 )
 
 // beginRunKind is BeginRun's write; in a group, all BeginRuns are one
