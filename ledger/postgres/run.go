@@ -150,7 +150,9 @@ var (
 
 // beginRunKind is BeginRun's write; in a group, all BeginRuns are one
 // statement (batch.go): beginRunSQL over the unnested arguments, the
-// rows locked in ID order.
+// rows locked in ID order (bytewise, COLLATE "C": the order in which the
+// lean statement, lean.go, locks them, so a group's full statement and
+// another's lean one over the same tasks lock them in one order).
 var beginRunKind = &batchKind{
 	ordinals: true,
 	name:     "begin run",
@@ -160,7 +162,7 @@ var beginRunKind = &batchKind{
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
 				t.state AS old_state, t.attempt AS old_attempt, t.lease_until AS old_lease,
 				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start, ` + tPrevEndCols + `, ` + tPrevEvCols + `
-			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id FOR UPDATE OF t),
+			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id COLLATE "C" FOR UPDATE OF t),
 		nx AS (
 			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 				CASE WHEN old_state = 'queued' THEN GREATEST(delivered, old_attempt, 1)
@@ -299,7 +301,8 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 
 // endRunKind is EndRun's write with a transition; in a group, all of
 // them are one statement (batch.go): endRunSQL over the unnested
-// arguments, the task rows locked in ID order. The states a write may
+// arguments, the task rows locked in ID order (bytewise, as
+// beginRunKind's). The states a write may
 // move from ($9, an array in the single statement) go in as a
 // comma-separated list.
 var endRunKind = &batchKind{
@@ -313,7 +316,7 @@ var endRunKind = &batchKind{
 				` + runEndHere("v.a_task", "v.a_number") + ` AS here, ` + tPrevEndEvCols + `
 			FROM v JOIN ledger_tasks t ON t.id = v.id
 			WHERE t.state = ANY(string_to_array(v.from_states, ',')) AND (v.below <= 0 OR t.attempt < v.below)
-			ORDER BY t.id FOR UPDATE OF t),
+			ORDER BY t.id COLLATE "C" FOR UPDATE OF t),
 		u AS (
 			UPDATE ledger_tasks t SET state = cur.to_state, updated_at = cur.at, event_seq = t.event_seq + 1,
 				attempt = CASE WHEN cur.set_attempt > 0 THEN cur.set_attempt ELSE t.attempt END,
