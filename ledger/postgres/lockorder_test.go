@@ -404,3 +404,168 @@ func lockRace(t *testing.T, s *Store, k *batchKind, ids []string, args func(stri
 	wg.Wait()
 	return deadlocks, stmts
 }
+
+// TestLeanArrays_ConcurrentUpdate: a lean array statement that waits for
+// a transaction that updates some of its rows re-checks them on their
+// new versions once it commits (READ COMMITTED's EvalPlanQual): a row
+// moved out of the guards (cancelled) is skipped, a row changed within
+// them is updated from its new version (the attempt and event_seq that
+// transaction left); the others are updated as usual. The statement is
+// run in the form kept (lean.go) and in the form it replaced (locked
+// first in a CTE, beginRunLeanCTE and endRunLeanCTE), and both leave the
+// same rows and return the same ones.
+func TestLeanArrays_ConcurrentUpdate(t *testing.T) {
+	t.Parallel()
+	forms := []struct {
+		name       string
+		begin, end string
+	}{{"update", beginRunLeanKind.array, endRunLeanKind.array}, {"cte", beginRunLeanCTE, endRunLeanCTE}}
+	var results [2]string
+	for fi, f := range forms {
+		s := heldGroups(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ids := fillTasks(t, s, 4)
+		slices.Sort(ids)
+		now := time.Now()
+		var log []string
+		for _, step := range []struct {
+			k   *batchKind
+			sql string
+			// touch is the other transaction's change to ids[1] (kept
+			// within the guards) and ids[2] (moved out of them).
+			touch [2]string
+		}{
+			{beginRunLeanKind, f.begin, [2]string{`UPDATE ledger_tasks SET attempt = 2, event_seq = event_seq + 1 WHERE id = $1`,
+				`UPDATE ledger_tasks SET state = 'cancelled', event_seq = event_seq + 1 WHERE id = $1`}},
+			{endRunLeanKind, f.end, [2]string{`UPDATE ledger_tasks SET event_seq = event_seq + 1, lease_until = NULL WHERE id = $1`,
+				`UPDATE ledger_tasks SET state = 'cancelled', event_seq = event_seq + 1 WHERE id = $1`}},
+		} {
+			other, err := s.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Rollback(context.Background()) // before the schema's cleanup
+			for i, sql := range step.touch {
+				if tag, err := other.Exec(ctx, sql, ids[i+1]); err != nil || tag.RowsAffected() != 1 {
+					t.Fatal(tag, err)
+				}
+			}
+			var pid int32
+			if err := other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				ords []int64
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				tx, err := s.pool.Begin(ctx)
+				if err != nil {
+					done <- result{err: err}
+					return
+				}
+				defer tx.Rollback(ctx)
+				var rs []*groupReq
+				for _, id := range []string{ids[3], ids[1], ids[0], ids[2]} {
+					a := leanBeginArgs(id, now)
+					if step.k == endRunLeanKind {
+						a = leanEndArgs(id, now)
+						a[3] = 0 // keep the attempt the row has
+						if id == ids[1] {
+							a[14] = 2 // the attempt it began (step 1)
+						}
+					}
+					rs = append(rs, &groupReq{args: a})
+				}
+				if _, err := tx.Exec(ctx, arrayPlanSQL); err != nil {
+					done <- result{err: err}
+					return
+				}
+				rows, err := tx.Query(ctx, step.sql, step.k.arrays(rs)...)
+				if err != nil {
+					done <- result{err: err}
+					return
+				}
+				var ords []int64
+				for rows.Next() {
+					o, err := rowOrdinal(rows)
+					if err != nil {
+						done <- result{err: err}
+						return
+					}
+					ords = append(ords, o)
+				}
+				rows.Close()
+				if err := rows.Err(); err != nil {
+					done <- result{err: err}
+					return
+				}
+				done <- result{ords: ords, err: tx.Commit(ctx)}
+			}()
+			// Wait until the statement waits for other's lock.
+			for waited := false; !waited; {
+				select {
+				case r := <-done:
+					t.Fatalf("%s: the statement did not wait: %v %v", f.name, r.ords, r.err)
+				case <-time.After(5 * time.Millisecond):
+				}
+				if err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)))`, pid).Scan(&waited); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := other.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			slices.Sort(r.ords)
+			// Ordinals: 1 ids[3], 2 ids[1], 3 ids[0]; ids[2] (4) was
+			// moved out of the guards.
+			if want := []int64{1, 2, 3}; !slices.Equal(r.ords, want) {
+				t.Errorf("%s, %s: rows for writes %v, want %v", f.name, step.k.name, r.ords, want)
+			}
+			log = append(log, fmt.Sprintf("%s rows %v", step.k.name, r.ords))
+			if step.k == beginRunLeanKind {
+				// ids[2] was cancelled before it began: queue it again
+				// and begin it, so that every task is running for the
+				// next step.
+				if _, err := s.pool.Exec(ctx, `UPDATE ledger_tasks SET state = 'queued' WHERE id = $1`, ids[2]); err != nil {
+					t.Fatal(err)
+				}
+				tx, err := s.pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n, err := runArray(ctx, tx, beginRunLeanKind, [][]any{leanBeginArgs(ids[2], now), leanBeginArgs(ids[3], now)}); err != nil || n != 1 {
+					t.Fatalf("%d rows: %v", n, err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, id := range ids {
+			var row string
+			if err := s.pool.QueryRow(ctx, `SELECT concat_ws(' ', state, attempt, event_seq, run_attempt, run_ev_seq, end_ev_seq, end_ev_from, end_ev_to)
+				FROM ledger_tasks WHERE id = $1`, id).Scan(&row); err != nil {
+				t.Fatal(err)
+			}
+			log = append(log, fmt.Sprintf("task %d: %s", i, row))
+		}
+		results[fi] = strings.Join(log, "\n")
+		t.Logf("%s:\n%s", f.name, results[fi])
+	}
+	if results[0] != results[1] {
+		t.Errorf("the forms differ:\nupdate:\n%s\ncte:\n%s", results[0], results[1])
+	}
+	// The changes within the guards were read: task 1 began attempt 2
+	// (the attempt the other transaction set) and its events count both
+	// transactions' updates.
+	if want := "task 1: completed 2 5 2 3 5 running completed"; !strings.Contains(results[0], want) {
+		t.Errorf("want %q in:\n%s", want, results[0])
+	}
+}
