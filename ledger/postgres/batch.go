@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -54,13 +55,30 @@ type batchKind struct {
 	// ordinals: the array statement takes one more argument, the
 	// writes' ordinals 1…n as a bigint array (argRows).
 	ordinals bool
+	// byID (with ordinals): the argument rows go in sorted by task ID
+	// (the writes' first argument, bytewise), each with its write's
+	// ordinal, so that a statement that updates the rows in the order of
+	// its argument rows locks them in ID order (lean.go).
+	byID bool
 }
 
 // arrays builds the array statement's arguments from its writes'.
 func (k *batchKind) arrays(rs []*groupReq) []any {
+	// order[i] is the index in rs of the i-th argument row.
+	order := make([]int, len(rs))
+	for i := range order {
+		order[i] = i
+	}
+	if k.byID {
+		if !k.ordinals {
+			panic("postgres: array statement sorted by ID without ordinals: " + k.name)
+		}
+		id := func(i int) string { s, _ := rs[i].args[0].(string); return s }
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(id(a), id(b)) })
+	}
 	var cols [][]any
-	for i, r := range rs {
-		args := r.args
+	for i, o := range order {
+		args := rs[o].args
 		if k.conv != nil {
 			args = k.conv(args)
 		}
@@ -80,8 +98,8 @@ func (k *batchKind) arrays(rs []*groupReq) []any {
 	}
 	if k.ordinals {
 		ords := make([]int64, len(rs))
-		for i := range ords {
-			ords[i] = int64(i + 1)
+		for i, o := range order {
+			ords[i] = int64(o + 1)
 		}
 		out = append(out, ords)
 	}

@@ -131,22 +131,28 @@ const beginRunSQL = `WITH cur AS (
 		UPDATE ledger_attempts a SET worker = $5, start_at = $6 FROM u WHERE a.task_id = u.id AND a.number = u.attempt)
 	SELECT ` + taskCols + ` FROM u`
 
-// beginRunArgs and endRunArgs open the array forms of BeginRun and EndRun
-// (the full statements here, the lean ones in lean.go): the arguments of
-// every write in the group, one row each, in the order sent.
+// beginRunArgs and endRunArgs open the array forms of the full BeginRun
+// and EndRun: the arguments of every write in the group, one row each,
+// in the order sent.
 var (
 	beginRunArgs = `WITH v AS (
-			` + argRows("id text", "delivered integer", "lease_us bigint", "at timestamptz", "worker text", "start timestamptz") + `),`
+			` + beginRunArgRows + `),`
 	endRunArgs = `WITH v AS (
-			` + argRows("id text", "to_state text", "at timestamptz", "set_attempt integer", "set_result boolean", "result bytea",
+			` + endRunArgRows + `),`
+	// beginRunArgRows and endRunArgRows are their argument rows (the
+	// lean statements, lean.go, join them in FROM).
+	beginRunArgRows = argRows("id text", "delivered integer", "lease_us bigint", "at timestamptz", "worker text", "start timestamptz")
+	endRunArgRows   = argRows("id text", "to_state text", "at timestamptz", "set_attempt integer", "set_result boolean", "result bytea",
 		"last_error text", "run_at timestamptz", "from_states text", "reason text", "detail text", "actor text", "below integer",
 		"a_task text", "a_number integer", "a_worker text", "a_start timestamptz", "a_duration bigint", "a_outcome text",
-		"a_class text", "a_error text", "a_stack text") + `),`
+		"a_class text", "a_error text", "a_stack text")
 )
 
 // beginRunKind is BeginRun's write; in a group, all BeginRuns are one
 // statement (batch.go): beginRunSQL over the unnested arguments, the
-// rows locked in ID order.
+// rows locked in ID order (bytewise, COLLATE "C": the order in which the
+// lean statement, lean.go, locks them, so a group's full statement and
+// another's lean one over the same tasks lock them in one order).
 var beginRunKind = &batchKind{
 	ordinals: true,
 	name:     "begin run",
@@ -156,7 +162,7 @@ var beginRunKind = &batchKind{
 			SELECT t.id, v.ord, v.delivered, v.lease_us, v.at, v.worker, v.start,
 				t.state AS old_state, t.attempt AS old_attempt, t.lease_until AS old_lease,
 				t.run_attempt AS prev_attempt, t.run_worker AS prev_worker, t.run_start AS prev_start, ` + tPrevEndCols + `, ` + tPrevEvCols + `
-			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id FOR UPDATE OF t),
+			FROM v JOIN ledger_tasks t ON t.id = v.id ORDER BY t.id COLLATE "C" FOR UPDATE OF t),
 		nx AS (
 			SELECT id, ord, lease_us, at, worker, start, old_state, prev_attempt, prev_worker, prev_start, ` + prevEnd + `, ` + prevEv + `,
 				CASE WHEN old_state = 'queued' THEN GREATEST(delivered, old_attempt, 1)
@@ -295,7 +301,8 @@ var endRunLeaseSQL = `WITH a AS (` + finishAttemptSQL + `)
 
 // endRunKind is EndRun's write with a transition; in a group, all of
 // them are one statement (batch.go): endRunSQL over the unnested
-// arguments, the task rows locked in ID order. The states a write may
+// arguments, the task rows locked in ID order (bytewise, as
+// beginRunKind's). The states a write may
 // move from ($9, an array in the single statement) go in as a
 // comma-separated list.
 var endRunKind = &batchKind{
@@ -309,7 +316,7 @@ var endRunKind = &batchKind{
 				` + runEndHere("v.a_task", "v.a_number") + ` AS here, ` + tPrevEndEvCols + `
 			FROM v JOIN ledger_tasks t ON t.id = v.id
 			WHERE t.state = ANY(string_to_array(v.from_states, ',')) AND (v.below <= 0 OR t.attempt < v.below)
-			ORDER BY t.id FOR UPDATE OF t),
+			ORDER BY t.id COLLATE "C" FOR UPDATE OF t),
 		u AS (
 			UPDATE ledger_tasks t SET state = cur.to_state, updated_at = cur.at, event_seq = t.event_seq + 1,
 				attempt = CASE WHEN cur.set_attempt > 0 THEN cur.set_attempt ELSE t.attempt END,
