@@ -277,6 +277,15 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 		return res, fmt.Errorf("filling the queue: %w", err)
 	}
 	res.Fill = time.Since(fill)
+	if isPostgres(dsn) {
+		// The fill's connections go before the drain's counters are
+		// read: a backend reports its commits at most once a second
+		// while busy and 10 s after going idle, so the fill's could land
+		// in the drain's figures. Exiting reports them (waitBackendsGone
+		// below). countCompleted opens its own connection.
+		L.Close()
+		waitBackendsGone(ctx, dsn, appName(dsn), 15*time.Second)
+	}
 
 	// Start the workers; each sets up and says ready, then waits for "go".
 	ws := make([]*worker, p)
@@ -347,10 +356,6 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 	res.Elapsed = time.Since(start)
 	res.PGCPU, res.PGExec = pg.perTask(ctx, cfg.Tasks)
 	res.LockWaitMax, res.LockWaitMean, res.LockWaitEvents = locks.stop()
-	if c1, ok := pgCounters(ctx, pgDSN); ok && c0ok {
-		n := float64(cfg.Tasks)
-		res.Commits, res.WALBytes, res.WALSyncs = float64(c1[0]-c0[0])/n, float64(c1[1]-c0[1])/n, float64(c1[2]-c0[2])/n
-	}
 	for _, w := range ws {
 		_, _ = io.WriteString(w.stdin, "stop\n")
 		_ = w.stdin.Close()
@@ -369,6 +374,19 @@ func FleetRun(ctx context.Context, cfg FleetConfig, p int) (FleetResult, error) 
 		res.PerWorker = append(res.PerWorker, int(w.done.Load()))
 	}
 	res.ClientCPU = cpu / time.Duration(cfg.Tasks)
+	// The counters are read once the workers' backends have exited: a
+	// backend reports its commits and WAL to pg_stat_database and
+	// pg_stat_wal at most once a second while busy and 10 s after it goes
+	// idle, so read straight after a drain of a second or less they
+	// missed most of it (0.00 a task). Exiting flushes them. What the
+	// workers write while stopping (their server records) is a few
+	// commits a process.
+	if c0ok && waitBackendsGone(ctx, pgDSN, appName(pgDSN), 10*time.Second) {
+		if c1, ok := pgCounters(ctx, pgDSN); ok {
+			n := float64(cfg.Tasks)
+			res.Commits, res.WALBytes, res.WALSyncs = float64(c1[0]-c0[0])/n, float64(c1[1]-c0[1])/n, float64(c1[2]-c0[2])/n
+		}
+	}
 	res.Completed = countCompleted(ctx, dsn, L)
 	return res, nil
 }
@@ -589,6 +607,39 @@ func pgCounters(ctx context.Context, dsn string) ([3]int64, bool) {
 	err = conn.QueryRow(ctx, `SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()),
 		wal_bytes::bigint, wal_sync FROM pg_stat_wal`).Scan(&c[0], &c[1], &c[2])
 	return c, err == nil
+}
+
+// waitBackendsGone waits, at most for limit, until no backend of the
+// database has application_name app; false if some still had it then (or
+// the check failed: the counters are then left unreported).
+func waitBackendsGone(ctx context.Context, dsn, app string, limit time.Duration) bool {
+	if dsn == "" || app == "" {
+		return false
+	}
+	conn, err := pgx.Connect(ctx, pgxDSN(dsn))
+	if err != nil {
+		return false
+	}
+	defer conn.Close(context.Background())
+	deadline := time.Now().Add(limit)
+	for {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid()`, app).Scan(&n); err != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // appName is the application_name of a PostgreSQL DSN.
