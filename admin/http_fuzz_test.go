@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"github.com/switchyard-dev/switchyard/admin"
 	"github.com/switchyard-dev/switchyard/admin/internal/admintest"
 	"github.com/switchyard-dev/switchyard/broker"
-	"github.com/switchyard-dev/switchyard/conformance"
 	"github.com/switchyard-dev/switchyard/ledger"
 	"github.com/switchyard-dev/switchyard/scheduler"
 )
@@ -48,21 +46,8 @@ func newHTTPFixture(t testing.TB) *httpFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fx := &httpFixture{ctx: ctx}
-	dir := t.TempDir()
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { L.Close() })
-	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	fx.L, fx.B = L, b
-	if fx.client, err = switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L}); err != nil {
-		t.Fatal(err)
-	}
+	L, b, client := admintest.Stack(t, ctx)
+	fx.L, fx.B, fx.client = L, b, client
 
 	// A server runs the first tasks to completion, to the dead letters and
 	// to review, then stops: from then on nothing runs.

@@ -122,6 +122,28 @@ type Env struct {
 	Reserved atomic.Int32
 }
 
+// Stack opens what every admin test stands on: a SQLite ledger in a
+// temporary directory, an embedded in-memory broker deduplicating through
+// it, and a Client over both; t.Cleanup closes them.
+func Stack(t testing.TB, ctx context.Context) (ledger.Ledger, *broker.Broker, *switchyard.Client) {
+	t.Helper()
+	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { L.Close() })
+	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	client, err := switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return L, b, client
+}
+
 // New starts an Env, its handler mounted under prefix ("" for the root).
 // t.Cleanup stops it.
 func New(t *testing.T, prefix string) *Env {
@@ -135,21 +157,8 @@ func NewWithSpend(t *testing.T, prefix string, sp spend.Reporter) *Env {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	e := &Env{T: t, Ctx: ctx, Logs: &SyncBuffer{}}
-	L, err := ledger.Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { L.Close() })
-	b, err := broker.Open(ctx, "mem://"+conformance.Namespace(t), &broker.Options{Dedup: L})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	e.L, e.B = L, b
-	e.Client, err = switchyard.NewClient(b, &switchyard.ClientConfig{Ledger: L})
-	if err != nil {
-		t.Fatal(err)
-	}
+	L, b, client := Stack(t, ctx)
+	e.L, e.B, e.Client = L, b, client
 
 	srv, err := switchyard.NewServer(b, &switchyard.ServerConfig{
 		Ledger: L, Slots: 4, PollWait: 50 * time.Millisecond, Lease: 5 * time.Second,
